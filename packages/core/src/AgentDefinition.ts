@@ -1,0 +1,83 @@
+/**
+ * An agent: everything that decides what the model sees (all in the snapshot) plus the model
+ * retry policy (not in the snapshot: it changes nothing the model sees).
+ *
+ * @since 0.1.0
+ */
+import * as Duration from "effect/Duration"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import { Budget } from "./Budget.js"
+import { ModelSettings } from "./ModelSettings.js"
+import * as SyntheticObservations from "./SyntheticObservations.js"
+
+/** Retry policy of model calls on a retryable `ModelError`: jittered exponential backoff. */
+export const ModelRetry = Schema.Struct({
+  /** Attempts in all, the first included; 1 means no retry. */
+  maxAttempts: Schema.Int.pipe(Schema.positive()),
+  baseDelay: Schema.DurationFromMillis,
+  maxDelay: Schema.DurationFromMillis
+})
+/** @since 0.1.0 */
+export interface ModelRetry extends Schema.Schema.Type<typeof ModelRetry> {}
+
+/** Three attempts, 500 ms doubling up to 10 s. */
+export const defaultModelRetry: ModelRetry = {
+  maxAttempts: 3,
+  baseDelay: Duration.millis(500),
+  maxDelay: Duration.seconds(10)
+}
+
+/** The `Schedule` a `ModelRetry` stands for: jittered exponential backoff capped at `maxDelay`, `maxAttempts - 1` retries. */
+export const retrySchedule = (retry: ModelRetry): Schedule.Schedule<unknown> =>
+  Schedule.exponential(retry.baseDelay).pipe(
+    Schedule.jittered,
+    Schedule.modifyDelay((d) => Duration.min(d, retry.maxDelay)),
+    Schedule.intersect(Schedule.recurs(Math.max(0, retry.maxAttempts - 1)))
+  )
+
+/** How text action languages render an observation into history (`{observation}` is replaced). */
+export const HistoryRendering = Schema.Struct({
+  observationTemplate: Schema.String
+})
+/** @since 0.1.0 */
+export interface HistoryRendering extends Schema.Schema.Type<typeof HistoryRendering> {}
+
+/** Default rendering: `Observation:\n<text>`. */
+export const defaultHistoryRendering: HistoryRendering = { observationTemplate: "Observation:\n{observation}" }
+
+/** An agent definition. */
+export const AgentDefinition = Schema.Struct({
+  name: Schema.String.pipe(Schema.minLength(1)),
+  systemPrompt: Schema.String,
+  modelSettings: ModelSettings,
+  budget: Budget,
+  syntheticObservations: SyntheticObservations.SyntheticObservations,
+  /** Characters of an observation allowed into history; the rest is cut and counted. */
+  observationLimit: Schema.optional(Schema.Int.pipe(Schema.positive())),
+  historyRendering: Schema.optional(HistoryRendering),
+  modelRetry: ModelRetry
+})
+/** @since 0.1.0 */
+export interface AgentDefinition extends Schema.Schema.Type<typeof AgentDefinition> {}
+
+/** Makes a definition with defaults for the synthetic texts, model settings and retries. */
+export const make = (fields: {
+  readonly name: string
+  readonly systemPrompt: string
+  readonly budget: AgentDefinition["budget"]
+  readonly modelSettings?: ModelSettings
+  readonly syntheticObservations?: Partial<SyntheticObservations.SyntheticObservations>
+  readonly observationLimit?: number
+  readonly historyRendering?: HistoryRendering
+  readonly modelRetry?: ModelRetry
+}): AgentDefinition => ({
+  name: fields.name,
+  systemPrompt: fields.systemPrompt,
+  modelSettings: fields.modelSettings ?? {},
+  budget: fields.budget,
+  syntheticObservations: { ...SyntheticObservations.defaults, ...fields.syntheticObservations },
+  ...(fields.observationLimit === undefined ? {} : { observationLimit: fields.observationLimit }),
+  ...(fields.historyRendering === undefined ? {} : { historyRendering: fields.historyRendering }),
+  modelRetry: fields.modelRetry ?? defaultModelRetry
+})

@@ -1,0 +1,139 @@
+/**
+ * Typed errors. Environment failure (`ToolEnvironmentError`, `StoreError`) and ordinary failure
+ * are different types, never collapsed into `Error`.
+ *
+ * @since 0.1.0
+ */
+import * as Schema from "effect/Schema"
+
+/**
+ * A tool handler's way to say "the environment is broken" (cannot connect, protocol violated):
+ * the action ends with status `EnvError` and the run with `StopReason.EnvError`. Any other
+ * failure of a handler is an ordinary error the model sees and can correct.
+ */
+export class ToolEnvironmentError extends Schema.TaggedError<ToolEnvironmentError>()("ToolEnvironmentError", {
+  message: Schema.String,
+  cause: Schema.optional(Schema.Defect)
+}) {}
+
+/** `ToolRegistry.executor()` was called on a registry where some tools have no handler. */
+export class MissingToolHandler extends Schema.TaggedError<MissingToolHandler>()("MissingToolHandler", {
+  tools: Schema.Array(Schema.String)
+}) {
+  override get message(): string {
+    return `no handler for tool(s): ${this.tools.join(", ")}`
+  }
+}
+
+/** The derived executor in context was not derived from the request's tools. */
+export class ExecutorRegistryMismatch extends Schema.TaggedError<ExecutorRegistryMismatch>()(
+  "ExecutorRegistryMismatch",
+  {
+    requestTools: Schema.Array(Schema.String),
+    executorTools: Schema.Array(Schema.String)
+  }
+) {
+  override get message(): string {
+    return `the executor was derived from another registry (request tools: [${this.requestTools.join(", ")}], executor tools: [${this.executorTools.join(", ")}])`
+  }
+}
+
+/** The model could not answer. `retryable`: transport failure, rate limit, server error. */
+export class ModelError extends Schema.TaggedError<ModelError>()("ModelError", {
+  retryable: Schema.Boolean,
+  message: Schema.String,
+  status: Schema.optional(Schema.Int),
+  cause: Schema.optional(Schema.Defect)
+}) {}
+
+/** Why a store operation failed. */
+export const StoreErrorReason = Schema.Literal(
+  "Unavailable",
+  "Corrupt",
+  "ReadOnly",
+  "DiskFull",
+  "SchemaVersion",
+  "Decode",
+  "Encode",
+  "Unknown"
+)
+/** @since 0.1.0 */
+export type StoreErrorReason = typeof StoreErrorReason.Type
+
+/** A storage failure. Nothing already written is lost; the run can be resumed. */
+export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
+  reason: StoreErrorReason,
+  message: Schema.String,
+  path: Schema.optional(Schema.String),
+  runId: Schema.optional(Schema.String),
+  cause: Schema.optional(Schema.Defect)
+}) {}
+
+/** One difference between the recorded and the current snapshot: `[path, recorded, current]`. */
+export const SnapshotDifference = Schema.Tuple(Schema.String, Schema.Unknown, Schema.Unknown)
+/** @since 0.1.0 */
+export type SnapshotDifference = typeof SnapshotDifference.Type
+
+/** Resume under another configuration was refused; nothing was written. */
+export class SnapshotMismatch extends Schema.TaggedError<SnapshotMismatch>()("SnapshotMismatch", {
+  runId: Schema.String,
+  differences: Schema.Array(SnapshotDifference)
+}) {
+  override get message(): string {
+    const paths = this.differences.map(([path]) => path || "(root)")
+    return `run ${this.runId} was started with another configuration; differing: ${paths.join(", ")}`
+  }
+}
+
+/** The run is being run by another owner; nothing was done. */
+export class RunBusy extends Schema.TaggedError<RunBusy>()("RunBusy", {
+  runId: Schema.String,
+  owner: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `run ${this.runId} is being run by ${this.owner ?? "another owner"}`
+  }
+}
+
+/** A record's sequence number was a duplicate or left a gap: someone else wrote to the run. */
+export class ConcurrentWriter extends Schema.TaggedError<ConcurrentWriter>()("ConcurrentWriter", {
+  runId: Schema.String,
+  expectedSeq: Schema.Int,
+  actualSeq: Schema.Int
+}) {
+  override get message(): string {
+    return `run ${this.runId}: record sequence ${this.actualSeq} rejected, the log expects ${this.expectedSeq} (another writer?)`
+  }
+}
+
+/** An event sink could not deliver an event. Counted, never interrupts the loop. */
+export class EventDeliveryError extends Schema.TaggedError<EventDeliveryError>()("EventDeliveryError", {
+  message: Schema.String,
+  cause: Schema.optional(Schema.Defect)
+}) {}
+
+/** The call names a tool the registry does not have. */
+export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
+  name: Schema.String,
+  available: Schema.Array(Schema.String)
+}) {
+  override get message(): string {
+    return `unknown tool "${this.name}"`
+  }
+}
+
+/** The call's arguments do not match the tool's parameter schema. */
+export class InvalidArguments extends Schema.TaggedError<InvalidArguments>()("InvalidArguments", {
+  tool: Schema.String,
+  issues: Schema.String
+}) {
+  override get message(): string {
+    return `invalid arguments for "${this.tool}": ${this.issues}`
+  }
+}
+
+/** What `Agent.run` can fail with. */
+export type RunError = ModelError | StoreError | SnapshotMismatch | RunBusy | ConcurrentWriter | ExecutorRegistryMismatch
+
+/** Schema of `RunError`. */
+export const RunError = Schema.Union(ModelError, StoreError, SnapshotMismatch, RunBusy, ConcurrentWriter, ExecutorRegistryMismatch)

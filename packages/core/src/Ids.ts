@@ -1,0 +1,34 @@
+/**
+ * Identifiers: the caller-chosen run id, step indices and result ids.
+ *
+ * @since 0.1.0
+ */
+import * as Schema from "effect/Schema"
+
+/** A caller-chosen run identifier: one run of an agent on one task. */
+export const RunId = Schema.String.pipe(
+  Schema.minLength(1, { message: () => "a run id must not be empty" }),
+  Schema.maxLength(200, { message: () => "a run id is at most 200 characters" }),
+  Schema.brand("@polyloop/RunId")
+)
+/** @since 0.1.0 */
+export type RunId = typeof RunId.Type
+
+/** Makes a `RunId`, throwing on an empty or over-long string (use `Schema.decode(RunId)` for a typed error). */
+export const runId = (value: string): RunId => RunId.make(value)
+
+/** The index of a step in a run, counted from 0. */
+export const StepIndex = Schema.Int.pipe(Schema.nonNegative(), Schema.brand("@polyloop/StepIndex"))
+/** @since 0.1.0 */
+export type StepIndex = typeof StepIndex.Type
+
+/** The identifier of an `ActionResulted` record; deterministic: `result_<step>`. */
+export const ResultId = Schema.String.pipe(Schema.brand("@polyloop/ResultId"))
+/** @since 0.1.0 */
+export type ResultId = typeof ResultId.Type
+
+/** The deterministic result id of a step. */
+export const resultIdFor = (step: number): ResultId => ResultId.make(`result_${step}`)
+
+/** A sequence number of a record within its run, counted from 0 (the `RunStarted` record). */
+export const Seq = Schema.Int.pipe(Schema.nonNegative())

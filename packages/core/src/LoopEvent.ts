@@ -1,0 +1,58 @@
+/**
+ * Events the loop emits through the `EventSink` while a run goes on. `ActionExecuted` carries
+ * the executor's own observation for audit (it never enters history when synthetic).
+ *
+ * @since 0.1.0
+ */
+import * as Schema from "effect/Schema"
+import { Action } from "./Action.js"
+import { ActionOutcome } from "./ActionOutcome.js"
+import { RunId } from "./Ids.js"
+import { ModelReply, Usage } from "./ModelReply.js"
+import { ParsedReply } from "./ParsedReply.js"
+import { RunCounters } from "./RunLog.js"
+import { StopReason } from "./StopReason.js"
+
+/** A fresh run began. */
+export const RunStarted = Schema.TaggedStruct("RunStarted", { runId: RunId, task: Schema.String, snapshotHash: Schema.String, at: Schema.Number })
+/** An unfinished run was taken up again. */
+export const RunResumed = Schema.TaggedStruct("RunResumed", { runId: RunId, fromStep: Schema.Int, at: Schema.Number })
+/** A step began (the model is about to be called). */
+export const StepStarted = Schema.TaggedStruct("StepStarted", { runId: RunId, step: Schema.Int })
+/** The model replied and the reply is durable. */
+export const ModelReplied = Schema.TaggedStruct("ModelReplied", { runId: RunId, step: Schema.Int, reply: ModelReply })
+/** The parser read a decision. */
+export const DecisionParsed = Schema.TaggedStruct("DecisionParsed", { runId: RunId, step: Schema.Int, decision: ParsedReply })
+/** An action produced an outcome; `executorObservation` is the executor's own text. */
+export const ActionExecuted = Schema.TaggedStruct("ActionExecuted", {
+  runId: RunId,
+  step: Schema.Int,
+  action: Action,
+  outcome: ActionOutcome,
+  executorObservation: Schema.String,
+  replayed: Schema.Boolean
+})
+/** A step was completed and is durable. */
+export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
+  runId: RunId,
+  step: Schema.Int,
+  decision: Schema.Literal("Act", "Finish", "NoAction", "InvalidDecision"),
+  usage: Usage,
+  elapsed: Schema.Number
+})
+/** The run finished. */
+export const RunFinished = Schema.TaggedStruct("RunFinished", { runId: RunId, stopReason: StopReason, counters: RunCounters })
+
+/** Any loop event. */
+export const LoopEvent = Schema.Union(
+  RunStarted,
+  RunResumed,
+  StepStarted,
+  ModelReplied,
+  DecisionParsed,
+  ActionExecuted,
+  StepCompleted,
+  RunFinished
+)
+/** @since 0.1.0 */
+export type LoopEvent = typeof LoopEvent.Type

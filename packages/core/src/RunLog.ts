@@ -1,0 +1,205 @@
+/**
+ * The run log: six record kinds and the `RunLog` a store reads back (SPEC §7). History is
+ * rebuilt from the log, never stored separately.
+ *
+ * @since 0.1.0
+ */
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import { Action } from "./Action.js"
+import { ActionOutcome } from "./ActionOutcome.js"
+import { ResultId, RunId, Seq, StepIndex } from "./Ids.js"
+import { ModelReply, Usage } from "./ModelReply.js"
+import { ParsedReply } from "./ParsedReply.js"
+import { StopReason } from "./StopReason.js"
+
+/** The run began: the task, the snapshot of everything the model can see, and its hash. */
+export const RunStarted = Schema.TaggedStruct("RunStarted", {
+  seq: Seq,
+  runId: RunId,
+  task: Schema.String,
+  /** Canonical JSON value of the snapshot (SPEC §8). */
+  snapshot: Schema.Unknown,
+  snapshotHash: Schema.String,
+  /** Epoch milliseconds, from `Clock`. */
+  startedAt: Schema.Number
+})
+/** @since 0.1.0 */
+export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
+
+/** The model replied at `step`: the write-ahead intent of the step, durable before parsing. */
+export const ModelReplied = Schema.TaggedStruct("ModelReplied", {
+  seq: Seq,
+  step: StepIndex,
+  reply: ModelReply
+})
+/** @since 0.1.0 */
+export interface ModelReplied extends Schema.Schema.Type<typeof ModelReplied> {}
+
+/**
+ * The action of `step` produced `outcome` (as it entered history). `executorObservation` is the
+ * executor's own text, kept for audit; `handlerFailed` is true when a tool handler failed,
+ * died or timed out (a failing completing tool does not complete the run).
+ */
+export const ActionResulted = Schema.TaggedStruct("ActionResulted", {
+  seq: Seq,
+  resultId: ResultId,
+  step: StepIndex,
+  action: Action,
+  outcome: ActionOutcome,
+  executorObservation: Schema.String,
+  handlerFailed: Schema.Boolean
+})
+/** @since 0.1.0 */
+export interface ActionResulted extends Schema.Schema.Type<typeof ActionResulted> {}
+
+/**
+ * The step ended. `decision` is the parsed decision (its kind is `decision._tag`); `resultId`
+ * is null for a step with no action; `elapsed` is milliseconds measured with `Clock`.
+ */
+export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
+  seq: Seq,
+  step: StepIndex,
+  decision: ParsedReply,
+  resultId: Schema.NullOr(ResultId),
+  usage: Usage,
+  elapsed: Schema.NonNegative
+})
+/** @since 0.1.0 */
+export interface StepCompleted extends Schema.Schema.Type<typeof StepCompleted> {}
+
+/** The run was resumed at `fromStep` (epoch milliseconds `at`). */
+export const RunResumed = Schema.TaggedStruct("RunResumed", {
+  seq: Seq,
+  fromStep: StepIndex,
+  at: Schema.Number
+})
+/** @since 0.1.0 */
+export interface RunResumed extends Schema.Schema.Type<typeof RunResumed> {}
+
+/** Counters at the end of a run. */
+export const RunCounters = Schema.Struct({
+  steps: Schema.NonNegativeInt,
+  effectiveSteps: Schema.NonNegativeInt,
+  usage: Usage,
+  /** Milliseconds: the sum of `StepCompleted.elapsed`. */
+  elapsed: Schema.NonNegative,
+  resumedCount: Schema.NonNegativeInt
+})
+/** @since 0.1.0 */
+export interface RunCounters extends Schema.Schema.Type<typeof RunCounters> {}
+
+/** The run finished. */
+export const RunFinished = Schema.TaggedStruct("RunFinished", {
+  seq: Seq,
+  stopReason: StopReason,
+  /** Epoch milliseconds, from `Clock`. */
+  finishedAt: Schema.Number,
+  counters: RunCounters,
+  eventDeliveryFailures: Schema.NonNegativeInt
+})
+/** @since 0.1.0 */
+export interface RunFinished extends Schema.Schema.Type<typeof RunFinished> {}
+
+/** Any record. */
+export const RunRecord = Schema.Union(RunStarted, ModelReplied, ActionResulted, StepCompleted, RunResumed, RunFinished)
+/** @since 0.1.0 */
+export type RunRecord = RunStarted | ModelReplied | ActionResulted | StepCompleted | RunResumed | RunFinished
+
+/** The kind of a record. */
+export type RecordKind = RunRecord["_tag"]
+
+/** The record kinds, in no particular order. */
+export const recordKinds: ReadonlyArray<RecordKind> = [
+  "RunStarted",
+  "ModelReplied",
+  "ActionResulted",
+  "StepCompleted",
+  "RunResumed",
+  "RunFinished"
+]
+
+/** A run's log as read back, each sequence in write order. */
+export const RunLog = Schema.Struct({
+  started: Schema.OptionFromSelf(RunStarted),
+  replies: Schema.Array(ModelReplied),
+  results: Schema.Array(ActionResulted),
+  steps: Schema.Array(StepCompleted),
+  resumes: Schema.Array(RunResumed),
+  finished: Schema.OptionFromSelf(RunFinished)
+})
+/** @since 0.1.0 */
+export interface RunLog extends Schema.Schema.Type<typeof RunLog> {}
+
+/** The empty log: what `readLog` returns for a run that does not exist. */
+export const empty: RunLog = {
+  started: Option.none(),
+  replies: [],
+  results: [],
+  steps: [],
+  resumes: [],
+  finished: Option.none()
+}
+
+/** Is this the empty log? */
+export const isEmpty = (log: RunLog): boolean =>
+  Option.isNone(log.started) &&
+  Option.isNone(log.finished) &&
+  log.replies.length === 0 &&
+  log.results.length === 0 &&
+  log.steps.length === 0 &&
+  log.resumes.length === 0
+
+/** The number of records in the log: also the sequence number of the next record. */
+export const size = (log: RunLog): number =>
+  (Option.isSome(log.started) ? 1 : 0) +
+  log.replies.length +
+  log.results.length +
+  log.steps.length +
+  log.resumes.length +
+  (Option.isSome(log.finished) ? 1 : 0)
+
+/** The sequence number the next record must carry. */
+export const nextSeq = size
+
+/** Builds a log from records in sequence order. */
+export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
+  let started: Option.Option<RunStarted> = Option.none()
+  let finished: Option.Option<RunFinished> = Option.none()
+  const replies: Array<ModelReplied> = []
+  const results: Array<ActionResulted> = []
+  const steps: Array<StepCompleted> = []
+  const resumes: Array<RunResumed> = []
+  for (const record of records) {
+    switch (record._tag) {
+      case "RunStarted":
+        started = Option.some(record)
+        break
+      case "ModelReplied":
+        replies.push(record)
+        break
+      case "ActionResulted":
+        results.push(record)
+        break
+      case "StepCompleted":
+        steps.push(record)
+        break
+      case "RunResumed":
+        resumes.push(record)
+        break
+      case "RunFinished":
+        finished = Option.some(record)
+        break
+    }
+  }
+  return { started, replies, results, steps, resumes, finished }
+}
+
+/** All records of the log in sequence order. */
+export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
+  const all: Array<RunRecord> = []
+  if (Option.isSome(log.started)) all.push(log.started.value)
+  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes)
+  if (Option.isSome(log.finished)) all.push(log.finished.value)
+  return all.sort((a, b) => a.seq - b.seq)
+}

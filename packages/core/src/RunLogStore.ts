@@ -1,0 +1,281 @@
+/**
+ * The run log store port (SPEC §7), split into the loop-facing service and a small backend
+ * that adapters implement. `make(backend)` adds record encoding, decoding and the sequence
+ * checks once, for every backend.
+ *
+ * Contract:
+ * - `readLog` of a run that does not exist returns the empty log, never an error;
+ * - every record carries the run's next sequence number; a duplicate or a gap is rejected with
+ *   `ConcurrentWriter`;
+ * - `completeStep` writes `ActionResulted` and `StepCompleted` atomically: after a crash either
+ *   both are visible or neither;
+ * - prefix durability: once a write returns it survives a crash; a crash only loses writes
+ *   that had not returned;
+ * - `claim` (scoped) gives one owner at a time; a second claimant fails with `RunBusy`; the
+ *   claim is released when its scope closes, including by interruption;
+ * - failures are `StoreError`s; nothing already written is lost.
+ *
+ * @since 0.1.0
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import type * as Arr from "effect/Array"
+import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
+import type { RunId } from "./Ids.js"
+import { totalTokens } from "./ModelReply.js"
+import * as RunLog from "./RunLog.js"
+import { StopReason } from "./StopReason.js"
+
+/** Whether a run has finished. */
+export const RunStatus = Schema.Literal("Unfinished", "Finished")
+/** @since 0.1.0 */
+export type RunStatus = typeof RunStatus.Type
+
+/** One line of `listRuns`. */
+export const RunSummary = Schema.Struct({
+  runId: Schema.String,
+  agent: Schema.String,
+  status: RunStatus,
+  stopReason: Schema.OptionFromNullOr(StopReason),
+  steps: Schema.NonNegativeInt,
+  effectiveSteps: Schema.NonNegativeInt,
+  tokens: Schema.NonNegativeInt,
+  /** Epoch milliseconds. */
+  startedAt: Schema.Number,
+  finishedAt: Schema.OptionFromNullOr(Schema.Number),
+  /** Milliseconds of step time (time spent crashed does not count). */
+  elapsed: Schema.NonNegative
+})
+/** @since 0.1.0 */
+export interface RunSummary extends Schema.Schema.Type<typeof RunSummary> {}
+
+/** Which runs `listRuns` returns: newest first. */
+export interface ListRunsQuery {
+  readonly limit?: number
+  readonly status?: RunStatus
+}
+
+/** The loop-facing store. */
+export class RunLogStore extends Context.Tag("@polyloop/core/RunLogStore")<RunLogStore, RunLogStore.Service>() {}
+
+/** @since 0.1.0 */
+export declare namespace RunLogStore {
+  /** @since 0.1.0 */
+  export interface Service {
+    readonly readLog: (runId: RunId) => Effect.Effect<RunLog.RunLog, StoreError>
+    readonly start: (record: RunLog.RunStarted) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    readonly appendReply: (runId: RunId, record: RunLog.ModelReplied) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /** Writes the step's result (null: a step with no action) and its completion atomically. */
+    readonly completeStep: (
+      runId: RunId,
+      result: RunLog.ActionResulted | null,
+      step: RunLog.StepCompleted
+    ) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    readonly appendResume: (runId: RunId, record: RunLog.RunResumed) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    readonly finish: (runId: RunId, record: RunLog.RunFinished) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    readonly listRuns: (query?: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
+    /** Exclusive ownership of a run for the life of the scope. */
+    readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
+  }
+}
+
+/** A record ready for a backend: its sequence number, kind, JSON text, and the value itself. */
+export interface StoredRecord {
+  readonly seq: number
+  readonly kind: RunLog.RecordKind
+  readonly json: string
+  readonly record: RunLog.RunRecord
+}
+
+/**
+ * What a storage adapter implements. `append` writes all records of one call atomically and
+ * rejects, with `ConcurrentWriter`, a first sequence number that is not the run's record count
+ * (a duplicate or a gap) — enforced by the storage itself (a constraint), not by a prior read
+ * alone. `read` returns a run's JSON texts in sequence order (none for an unknown run).
+ */
+export interface Backend {
+  readonly read: (runId: RunId) => Effect.Effect<ReadonlyArray<string>, StoreError>
+  readonly append: (
+    runId: RunId,
+    records: Arr.NonEmptyReadonlyArray<StoredRecord>
+  ) => Effect.Effect<void, StoreError | ConcurrentWriter>
+  readonly listRuns: (query: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
+  readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
+}
+
+const encodeRecordSync = Schema.encodeSync(RunLog.RunRecord)
+const decodeRecord = Schema.decodeUnknownEither(Schema.parseJson(RunLog.RunRecord))
+
+/** Encodes a record to the JSON text stored for it. */
+export const encodeRecord = (record: RunLog.RunRecord): string => JSON.stringify(encodeRecordSync(record))
+
+/** Prepares a record for a backend. */
+export const toStored = (record: RunLog.RunRecord): StoredRecord => ({
+  seq: record.seq,
+  kind: record._tag,
+  json: encodeRecord(record),
+  record
+})
+
+/** Decodes stored JSON texts into a log, checking that sequence numbers run 0, 1, 2, … */
+export const decodeLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<RunLog.RunLog, StoreError> =>
+  Effect.suspend(() => {
+    const records: Array<RunLog.RunRecord> = []
+    for (let i = 0; i < texts.length; i++) {
+      const decoded = decodeRecord(texts[i])
+      if (decoded._tag === "Left") {
+        return Effect.fail(
+          new StoreError({
+            reason: "Decode",
+            runId,
+            message: `run ${runId}: record ${i} does not decode: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`
+          })
+        )
+      }
+      if (decoded.right.seq !== i) {
+        return Effect.fail(
+          new StoreError({
+            reason: "Corrupt",
+            runId,
+            message: `run ${runId}: record ${i} carries sequence number ${decoded.right.seq}`
+          })
+        )
+      }
+      records.push(decoded.right)
+    }
+    if (records.length > 0 && records[0]?._tag !== "RunStarted") {
+      return Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: the first record is not RunStarted` }))
+    }
+    return Effect.succeed(RunLog.fromRecords(records))
+  })
+
+const checkContiguous = (runId: RunId, records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>): Effect.Effect<void, ConcurrentWriter> => {
+  for (let i = 1; i < records.length; i++) {
+    const prev = records[i - 1]!
+    const cur = records[i]!
+    if (cur.seq !== prev.seq + 1) {
+      return Effect.fail(new ConcurrentWriter({ runId, expectedSeq: prev.seq + 1, actualSeq: cur.seq }))
+    }
+  }
+  return Effect.void
+}
+
+/** Builds the loop-facing service over a backend. */
+export const make = (backend: Backend): RunLogStore.Service => {
+  const append = (runId: RunId, records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>) =>
+    checkContiguous(runId, records).pipe(
+      Effect.zipRight(
+        Effect.try({
+          try: () => records.map(toStored) as unknown as Arr.NonEmptyReadonlyArray<StoredRecord>,
+          catch: (cause) =>
+            new StoreError({ reason: "Encode", runId, message: `run ${runId}: a record does not encode`, cause })
+        })
+      ),
+      Effect.flatMap((stored) => backend.append(runId, stored))
+    )
+  return {
+    readLog: (runId) => backend.read(runId).pipe(Effect.flatMap((texts) => decodeLog(runId, texts))),
+    start: (record) => append(record.runId, [record]),
+    appendReply: (runId, record) => append(runId, [record]),
+    completeStep: (runId, result, step) => append(runId, result === null ? [step] : [result, step]),
+    appendResume: (runId, record) => append(runId, [record]),
+    finish: (runId, record) => append(runId, [record]),
+    listRuns: (query) => backend.listRuns(query ?? {}),
+    claim: (runId) => backend.claim(runId)
+  }
+}
+
+/** The summary of a run from its log (none for the empty log); backends without a query language use it. */
+export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
+  Option.map(log.started, (started): RunSummary => {
+    const finished = log.finished
+    const snapshot = started.snapshot as { readonly agent?: { readonly name?: unknown } } | null
+    const agent = typeof snapshot?.agent?.name === "string" ? snapshot.agent.name : "?"
+    let tokens = 0
+    for (const reply of log.replies) tokens += totalTokens(reply.reply.usage)
+    let elapsed = 0
+    for (const step of log.steps) elapsed += step.elapsed
+    const effectiveSteps = log.results.filter((r) => r.outcome.status === "Executed").length
+    return {
+      runId: started.runId,
+      agent,
+      status: Option.isSome(finished) ? "Finished" : "Unfinished",
+      stopReason: Option.map(finished, (f) => f.stopReason),
+      steps: log.steps.length,
+      effectiveSteps,
+      tokens,
+      startedAt: started.startedAt,
+      finishedAt: Option.map(finished, (f) => f.finishedAt),
+      elapsed
+    }
+  })
+
+/** Applies a query to summaries: status filter, newest first, limit. */
+export const applyQuery = (summaries: ReadonlyArray<RunSummary>, query: ListRunsQuery): ReadonlyArray<RunSummary> => {
+  const filtered = summaries
+    .filter((s) => query.status === undefined || s.status === query.status)
+    .sort((a, b) => b.startedAt - a.startedAt || (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0))
+  return query.limit === undefined ? filtered : filtered.slice(0, query.limit)
+}
+
+/** An in-memory backend: JSON texts in a map; claims in a set. Each call makes a fresh store. */
+export const makeMemoryBackend = (): Backend => {
+  const logs = new Map<string, Array<string>>()
+  const decoded = new Map<string, Array<RunLog.RunRecord>>()
+  const claimed = new Set<string>()
+  return {
+    read: (runId) => Effect.sync(() => logs.get(runId)?.slice() ?? []),
+    append: (runId, records) =>
+      Effect.suspend(() => {
+        const texts = logs.get(runId) ?? []
+        const first = records[0]
+        if (first.seq !== texts.length) {
+          return Effect.fail(new ConcurrentWriter({ runId, expectedSeq: texts.length, actualSeq: first.seq }))
+        }
+        if (texts.length === 0 && first.kind !== "RunStarted") {
+          return Effect.fail(new ConcurrentWriter({ runId, expectedSeq: 0, actualSeq: first.seq }))
+        }
+        const values = decoded.get(runId) ?? []
+        for (const r of records) {
+          texts.push(r.json)
+          values.push(r.record)
+        }
+        logs.set(runId, texts)
+        decoded.set(runId, values)
+        return Effect.void
+      }),
+    listRuns: (query) =>
+      Effect.sync(() => {
+        const summaries: Array<RunSummary> = []
+        for (const values of decoded.values()) {
+          const summary = summarize(RunLog.fromRecords(values))
+          if (Option.isSome(summary)) summaries.push(summary.value)
+        }
+        return applyQuery(summaries, query)
+      }),
+    claim: (runId) =>
+      Effect.acquireRelease(
+        Effect.suspend(() => {
+          if (claimed.has(runId)) return Effect.fail(new RunBusy({ runId, owner: "this process" }))
+          claimed.add(runId)
+          return Effect.void
+        }),
+        () => Effect.sync(() => claimed.delete(runId))
+      )
+  }
+}
+
+/** A fresh in-memory store. */
+export const makeMemory: Effect.Effect<RunLogStore.Service> = Effect.sync(() => make(makeMemoryBackend()))
+
+/** The in-memory store as a layer (a fresh store each time the layer is built). */
+export const layerMemory: Layer.Layer<RunLogStore> = Layer.effect(RunLogStore, makeMemory)
+
+/** A layer over a backend built by an effect. */
+export const layerBackend = <E, R>(backend: Effect.Effect<Backend, E, R>): Layer.Layer<RunLogStore, E, R> =>
+  Layer.effect(RunLogStore, Effect.map(backend, make))

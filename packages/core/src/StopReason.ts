@@ -1,0 +1,42 @@
+/**
+ * Why a run stopped. A run that broke never looks like a run that ran out of budget.
+ *
+ * @since 0.1.0
+ */
+import * as Schema from "effect/Schema"
+import { BudgetItem } from "./Budget.js"
+
+/** The run completed: by a completing tool, by the environment's report, or by an answer. */
+export const Completed = Schema.TaggedStruct("Completed", {
+  by: Schema.Literal("Tool", "Environment", "Answer"),
+  answer: Schema.optional(Schema.String)
+})
+/** @since 0.1.0 */
+export interface Completed extends Schema.Schema.Type<typeof Completed> {}
+
+/** A budget item ran out. */
+export const BudgetExhausted = Schema.TaggedStruct("BudgetExhausted", { budget: BudgetItem })
+/** @since 0.1.0 */
+export interface BudgetExhausted extends Schema.Schema.Type<typeof BudgetExhausted> {}
+
+/** The environment is broken (an action ended with status `EnvError`). */
+export const EnvError = Schema.TaggedStruct("EnvError", { message: Schema.String })
+/** @since 0.1.0 */
+export interface EnvError extends Schema.Schema.Type<typeof EnvError> {}
+
+/** Any stop reason. */
+export const StopReason = Schema.Union(Completed, BudgetExhausted, EnvError)
+/** @since 0.1.0 */
+export type StopReason = Completed | BudgetExhausted | EnvError
+
+/** A one-line rendering, e.g. `Completed(Tool)` or `BudgetExhausted(Steps)`. */
+export const format = (reason: StopReason): string => {
+  switch (reason._tag) {
+    case "Completed":
+      return `Completed(${reason.by})`
+    case "BudgetExhausted":
+      return `BudgetExhausted(${reason.budget})`
+    case "EnvError":
+      return "EnvError"
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * Texts the library writes into history instead of the executor's own (design 0007,
+ * decision 2). Templates may use `{tool}`, `{issues}` and `{tools}`; the library fills them
+ * from the validation result, a pure function of the snapshot and the reply.
+ *
+ * @since 0.1.0
+ */
+import * as Schema from "effect/Schema"
+
+/** The four synthetic texts. */
+export const SyntheticObservations = Schema.Struct({
+  /** Unknown tool, invalid arguments, refused by the executor, wrong action language. */
+  notExecuted: Schema.String,
+  /** The environment is broken. */
+  envError: Schema.String,
+  /** Resume of a step whose action may or may not have run. */
+  interrupted: Schema.String,
+  /** The nudge after a reply that takes no action. */
+  noAction: Schema.String
+})
+/** @since 0.1.0 */
+export interface SyntheticObservations extends Schema.Schema.Type<typeof SyntheticObservations> {}
+
+/** Defaults in plain English. */
+export const defaults: SyntheticObservations = {
+  notExecuted: "The action was not executed: {issues}. Available tools: {tools}.",
+  envError: "The environment failed while running {tool}; the run cannot continue.",
+  interrupted:
+    "The previous action ({tool}) was interrupted and may or may not have taken effect. Check the current state before repeating it.",
+  noAction: "Your reply contained no action. Reply with exactly one action, or give your final answer."
+}
+
+/** The values a template may use. */
+export interface TemplateValues {
+  readonly tool: string
+  readonly issues: string
+  readonly tools: string
+}
+
+const placeholder = /\{(tool|issues|tools)\}/g
+
+/** Fills a template's placeholders; unknown braces are left as written. Pure. */
+export const fill = (template: string, values: TemplateValues): string =>
+  template.replace(placeholder, (_, key: keyof TemplateValues) => values[key])

@@ -1,0 +1,69 @@
+/**
+ * A tool: name, description, a parameter Schema (decoded from the call's arguments; JSON Schema
+ * derived for the model), an optional handler, a replay policy and a completion marker
+ * (design 0008). The implementation hangs on the spec, so narrowing a registry carries it along.
+ *
+ * @since 0.1.0
+ */
+import * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
+import type * as Schema from "effect/Schema"
+import type { ReplayPolicy } from "./ActionExecutor.js"
+import type { ToolEnvironmentError } from "./Errors.js"
+
+/**
+ * A tool handler: receives only the decoded arguments, returns the observation text. Fail with
+ * `ToolEnvironmentError` when the environment is broken; any other failure (or a thrown
+ * exception) is an ordinary error the model sees.
+ */
+export type Handler<A, E, R> = (args: A) => Effect.Effect<string, ToolEnvironmentError | E, R>
+
+/** A tool spec. */
+export interface Tool<A = unknown, E = unknown, R = never> {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Schema.Schema<A, unknown>
+  readonly handler: Handler<A, E, R> | undefined
+  readonly replayPolicy: ReplayPolicy
+  readonly completesRun: boolean
+  readonly timeout: Duration.Duration | undefined
+}
+
+/** Any tool, whatever its types (the registry's erased view; arguments are checked by `parameters`). */
+export interface Any {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Schema.Schema.AnyNoContext
+  readonly handler: ((args: never) => Effect.Effect<string, unknown, unknown>) | undefined
+  readonly replayPolicy: ReplayPolicy
+  readonly completesRun: boolean
+  readonly timeout: Duration.Duration | undefined
+}
+
+/** The context a tool's handler needs. */
+export type Context<T> = T extends Tool<infer _A, infer _E, infer R> ? R : never
+
+/** Makes a tool. `replayPolicy` defaults to `"Never"`, `completesRun` to false. */
+export const make = <A, I, E = never, R = never>(options: {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Schema.Schema<A, I, never>
+  readonly handler?: Handler<A, E, R>
+  readonly replayPolicy?: ReplayPolicy
+  readonly completesRun?: boolean
+  readonly timeout?: Duration.DurationInput
+}): Tool<A, E, R> => ({
+  name: options.name,
+  description: options.description,
+  parameters: options.parameters as unknown as Schema.Schema<A, unknown>,
+  handler: options.handler,
+  replayPolicy: options.replayPolicy ?? "Never",
+  completesRun: options.completesRun ?? false,
+  timeout: options.timeout === undefined ? undefined : Duration.decode(options.timeout)
+})
+
+/** The same tool with another handler (or none). */
+export const withHandler = <A, E, R, E2, R2>(tool: Tool<A, E, R>, handler: Handler<A, E2, R2> | undefined): Tool<A, E2, R2> => ({
+  ...tool,
+  handler
+})

@@ -1,0 +1,294 @@
+/**
+ * The tool registry (design 0008): the tools the model may call, their JSON Schemas, pure
+ * validation of calls, narrowing, and the derived executor.
+ *
+ * @since 0.1.0
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as JSONSchema from "effect/JSONSchema"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
+import type { Action, ToolCall } from "./Action.js"
+import { ActionExecutor, type ReplayPolicy } from "./ActionExecutor.js"
+import * as ActionOutcome from "./ActionOutcome.js"
+import { InvalidArguments, MissingToolHandler, UnknownTool } from "./Errors.js"
+import type { ToolDefinition } from "./ModelClient.js"
+import type * as Tool from "./Tool.js"
+import * as ToolContext from "./ToolContext.js"
+
+/** A call that passed validation: its tool and its decoded arguments. */
+export interface ValidatedCall {
+  readonly call: ToolCall
+  readonly tool: Tool.Any
+  readonly args: unknown
+}
+
+/** A registry of tools; `R` is what their handlers need. */
+export interface ToolRegistry<R = never> {
+  /** The tools, in registration order. */
+  readonly tools: ReadonlyArray<Tool.Any>
+  /** The names, in registration order. */
+  readonly names: ReadonlyArray<string>
+  readonly get: (name: string) => Option.Option<Tool.Any>
+  /** What the model sees: names, descriptions and JSON Schemas. */
+  readonly modelView: () => ReadonlyArray<ToolDefinition>
+  /** Pure: the tool exists and the arguments decode. */
+  readonly validate: (call: ToolCall) => Either.Either<ValidatedCall, UnknownTool | InvalidArguments>
+  /** A registry with only the named tools (handlers carried along); an unknown name is an error. */
+  readonly restrictTo: (names: ReadonlyArray<string>) => Either.Either<ToolRegistry<R>, UnknownTool>
+  /**
+   * The derived executor. Fails with `MissingToolHandler`, naming every tool without a handler,
+   * at the moment it is called.
+   */
+  readonly executor: () => Effect.Effect<DerivedExecutor, MissingToolHandler, Exclude<R, ToolContext.ToolContext>>
+}
+
+/** The context the handlers of a list of tools need. */
+export type ContextOf<Tools extends ReadonlyArray<Tool.Any>> = {
+  [K in keyof Tools]: Tool.Context<Tools[K]>
+}[number]
+
+/** What the derived executor reports besides the outcome. */
+export interface ExecutionReport {
+  readonly outcome: ActionOutcome.ActionOutcome
+  /** The handler failed (ordinary error, defect or timeout): a completing tool did not complete. */
+  readonly handlerFailed: boolean
+  /** The tool that ran, if the call was valid. */
+  readonly tool: Option.Option<Tool.Any>
+}
+
+const DerivedExecutorTypeId: unique symbol = Symbol.for("@polyloop/core/ToolRegistry/DerivedExecutor")
+
+/** An executor derived from a registry by `executor()`. */
+export interface DerivedExecutor extends ActionExecutor.Service {
+  readonly [DerivedExecutorTypeId]: typeof DerivedExecutorTypeId
+  readonly registry: ToolRegistry<unknown>
+  readonly executeReport: (action: Action) => Effect.Effect<ExecutionReport>
+}
+
+/** Is this executor derived from a registry? */
+export const isDerivedExecutor = (executor: ActionExecutor.Service): executor is DerivedExecutor =>
+  Predicate.hasProperty(executor, DerivedExecutorTypeId)
+
+/**
+ * Was `executor` derived from `registry` (same names, the same tool specs)? Narrowed registries
+ * derive the same specs, so `restrictTo` on both sides agrees.
+ */
+export const isDerivedFrom = (executor: DerivedExecutor, registry: ToolRegistry<unknown>): boolean => {
+  const mine = executor.registry.tools
+  if (mine.length !== registry.tools.length) return false
+  return mine.every((tool) => Option.exists(registry.get(tool.name), (other) => other === tool))
+}
+
+const formatIssues = (error: ParseResult.ParseError): string =>
+  ParseResult.ArrayFormatter.formatErrorSync(error)
+    .map((issue) => (issue.path.length > 0 ? `${issue.path.join(".")}: ${issue.message}` : issue.message))
+    .join("; ")
+
+const errorName = (value: unknown): string => {
+  if (Predicate.hasProperty(value, "_tag") && typeof value._tag === "string") return value._tag
+  if (value instanceof Error) {
+    const ctor = value.constructor?.name
+    return ctor && ctor !== "Object" ? ctor : value.name
+  }
+  return typeof value === "object" && value !== null ? (value.constructor?.name ?? "Error") : typeof value
+}
+
+const errorMessage = (value: unknown): string => {
+  if (Predicate.hasProperty(value, "message") && typeof value.message === "string") return value.message
+  if (typeof value === "string") return value
+  try {
+    return JSON.stringify(value) ?? String(value)
+  } catch {
+    return String(value)
+  }
+}
+
+/** `Name: message`, no stack trace. */
+export const describeFailure = (value: unknown): string => {
+  const message = errorMessage(value)
+  const name = errorName(value)
+  return message.length > 0 ? `${name}: ${message}` : name
+}
+
+class ToolTimeout {
+  readonly _tag = "ToolTimeout"
+  constructor(readonly tool: string, readonly timeout: Duration.Duration) {}
+}
+
+const runHandler = (
+  validated: ValidatedCall,
+  handler: (args: unknown) => Effect.Effect<string, unknown, unknown>
+): Effect.Effect<ExecutionReport> => {
+  const tool = validated.tool
+  const withContext = Effect.flatMap(Effect.serviceOption(ToolContext.ToolContext), (ctx) =>
+    Effect.provideService(
+      handler(validated.args),
+      ToolContext.ToolContext,
+      Option.getOrElse(ctx, () => ToolContext.make({ runId: "standalone", step: 0, callId: validated.call.id }))
+    )
+  ) as Effect.Effect<string, unknown>
+  const timed: Effect.Effect<string, unknown> =
+    tool.timeout === undefined
+      ? withContext
+      : Effect.timeoutFail(withContext, {
+          duration: tool.timeout,
+          onTimeout: () => new ToolTimeout(tool.name, tool.timeout!)
+        })
+  const report = (outcome: ActionOutcome.ActionOutcome, handlerFailed: boolean): ExecutionReport => ({
+    outcome,
+    handlerFailed,
+    tool: Option.some(tool)
+  })
+  return timed.pipe(
+    Effect.map((observation) => report(ActionOutcome.executed(observation), false)),
+    Effect.catchAll((error) => {
+      if (error instanceof ToolTimeout) {
+        return Effect.succeed(
+          report(ActionOutcome.executed(`ToolTimeout: ${error.tool} exceeded ${Duration.format(error.timeout)}`), true)
+        )
+      }
+      if (Predicate.isTagged(error, "ToolEnvironmentError")) {
+        return Effect.succeed(report(ActionOutcome.envError(errorMessage(error)), true))
+      }
+      return Effect.succeed(report(ActionOutcome.executed(describeFailure(error)), true))
+    }),
+    // A thrown exception or a defect in a handler is an ordinary failure of the action. Only
+    // defects are handled here: interruption is not a defect and passes through untouched.
+    Effect.catchAllDefect((defect) => Effect.succeed(report(ActionOutcome.executed(describeFailure(defect)), true))),
+    Effect.withSpan("ToolRegistry.execute", { attributes: { "polyloop.tool": tool.name, "polyloop.call_id": validated.call.id } })
+  )
+}
+
+const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
+  const byName = new Map<string, Tool.Any>()
+  for (const tool of tools) byName.set(tool.name, tool)
+  const names = tools.map((t) => t.name)
+  let view: ReadonlyArray<ToolDefinition> | undefined
+  const decoders = new Map<string, (u: unknown) => Either.Either<unknown, ParseResult.ParseError>>()
+  const decoderFor = (tool: Tool.Any) => {
+    let decoder = decoders.get(tool.name)
+    if (decoder === undefined) {
+      decoder = Schema.decodeUnknownEither(tool.parameters, { errors: "all", onExcessProperty: "error" })
+      decoders.set(tool.name, decoder)
+    }
+    return decoder
+  }
+  const validate = (call: ToolCall): Either.Either<ValidatedCall, UnknownTool | InvalidArguments> => {
+    const tool = byName.get(call.name)
+    if (tool === undefined) return Either.left(new UnknownTool({ name: call.name, available: names }))
+    return Either.match(decoderFor(tool)(call.arguments), {
+      onLeft: (error) => Either.left(new InvalidArguments({ tool: tool.name, issues: formatIssues(error) })),
+      onRight: (args) => Either.right({ call, tool, args })
+    })
+  }
+  const registry: ToolRegistry<R> = {
+    tools,
+    names,
+    get: (name) => Option.fromNullable(byName.get(name)),
+    modelView: () => {
+      if (view === undefined) {
+        view = tools.map((tool) => ({
+          name: tool.name,
+          description: tool.description,
+          parameters: JSONSchema.make(tool.parameters)
+        }))
+      }
+      return view
+    },
+    validate,
+    restrictTo: (wanted) => {
+      const missing = wanted.find((name) => !byName.has(name))
+      if (missing !== undefined) return Either.left(new UnknownTool({ name: missing, available: names }))
+      const keep = new Set(wanted)
+      return Either.right(makeRegistry<R>(tools.filter((tool) => keep.has(tool.name))))
+    },
+    executor: () =>
+      Effect.suspend(() => {
+        const missing = tools.filter((tool) => tool.handler === undefined).map((tool) => tool.name)
+        if (missing.length > 0) return Effect.fail(new MissingToolHandler({ tools: missing }))
+        return Effect.map(Effect.context<never>(), (context) => {
+          const executeReport = (action: Action): Effect.Effect<ExecutionReport> => {
+            if (action._tag !== "ToolCall") {
+              return Effect.succeed({
+                outcome: ActionOutcome.notExecuted(
+                  `this executor runs tool calls; it was given a ${action.language} code action (two action languages crossed)`
+                ),
+                handlerFailed: false,
+                tool: Option.none()
+              })
+            }
+            return Either.match(validate(action), {
+              onLeft: (error) =>
+                Effect.succeed({
+                  outcome: ActionOutcome.notExecuted(error.message),
+                  handlerFailed: false,
+                  tool: Option.none()
+                }),
+              onRight: (validated) =>
+                Effect.provide(
+                  runHandler(validated, validated.tool.handler as (args: unknown) => Effect.Effect<string, unknown, unknown>),
+                  context
+                )
+            })
+          }
+          const derived: DerivedExecutor = {
+            [DerivedExecutorTypeId]: DerivedExecutorTypeId,
+            registry: registry as ToolRegistry<unknown>,
+            executeReport,
+            execute: (action) => Effect.map(executeReport(action), (report) => report.outcome),
+            replayPolicy: (action): ReplayPolicy =>
+              action._tag === "ToolCall"
+                ? Option.match(Option.fromNullable(byName.get(action.name)), {
+                    onNone: () => "Never",
+                    onSome: (tool) => tool.replayPolicy
+                  })
+                : "Never"
+          }
+          return derived
+        })
+      })
+  }
+  return registry
+}
+
+/** Tools given twice under one name. */
+export class DuplicateToolName extends Schema.TaggedError<DuplicateToolName>()("DuplicateToolName", {
+  names: Schema.Array(Schema.String)
+}) {
+  override get message(): string {
+    return `tool name(s) registered twice: ${this.names.join(", ")}`
+  }
+}
+
+/** Makes a registry, failing with `DuplicateToolName` if two tools share a name. */
+export const makeEither = <const Tools extends ReadonlyArray<Tool.Any>>(
+  ...tools: Tools
+): Either.Either<ToolRegistry<ContextOf<Tools>>, DuplicateToolName> => {
+  const seen = new Set<string>()
+  const duplicates = new Set<string>()
+  for (const tool of tools) {
+    if (seen.has(tool.name)) duplicates.add(tool.name)
+    seen.add(tool.name)
+  }
+  if (duplicates.size > 0) return Either.left(new DuplicateToolName({ names: [...duplicates] }))
+  return Either.right(makeRegistry<ContextOf<Tools>>(tools))
+}
+
+/** Makes a registry. Two tools sharing a name is a programming error: it throws `DuplicateToolName`. */
+export const make = <const Tools extends ReadonlyArray<Tool.Any>>(...tools: Tools): ToolRegistry<ContextOf<Tools>> =>
+  Either.getOrThrowWith(makeEither(...tools), (error) => error)
+
+/** The empty registry. */
+export const empty: ToolRegistry<never> = makeRegistry<never>([])
+
+/** The derived executor as an `ActionExecutor` layer. */
+export const layerExecutor = <R>(
+  registry: ToolRegistry<R>
+): Layer.Layer<ActionExecutor, MissingToolHandler, Exclude<R, ToolContext.ToolContext>> =>
+  Layer.effect(ActionExecutor, registry.executor())

@@ -1,0 +1,115 @@
+/**
+ * @polyloop/core
+ *
+ * @since 0.1.0
+ */
+
+/**
+ * Actions: what a decision asks the environment to do. Two action languages: JSON tool calls and code.
+ */
+export * as Action from "./Action.js"
+
+/**
+ * The action executor port: runs an action and reports an `ActionOutcome`.
+ */
+export * as ActionExecutor from "./ActionExecutor.js"
+
+/**
+ * What executing an action produced: exactly five fields (design 0007).
+ */
+export * as ActionOutcome from "./ActionOutcome.js"
+
+/**
+ * An agent: everything that decides what the model sees (all in the snapshot) plus the model retry policy (not in the snapshot: it changes nothing the model sees).
+ */
+export * as AgentDefinition from "./AgentDefinition.js"
+
+/**
+ * The four budget items (the seeds: "budget is four items, not two counters").
+ */
+export * as Budget from "./Budget.js"
+
+/**
+ * The decision parser port: reads a decision out of a model reply.
+ */
+export * as DecisionParser from "./DecisionParser.js"
+
+/**
+ * Typed errors. Environment failure (`ToolEnvironmentError`, `StoreError`) and ordinary failure are different types, never collapsed into `Error`.
+ */
+export * as Errors from "./Errors.js"
+
+/**
+ * The event sink port: where the loop sends `LoopEvent`s.
+ */
+export * as EventSink from "./EventSink.js"
+
+/**
+ * Identifiers: the caller-chosen run id, step indices and result ids.
+ */
+export * as Ids from "./Ids.js"
+
+/**
+ * Events the loop emits through the `EventSink` while a run goes on. `ActionExecuted` carries the executor's own observation for audit (it never enters history when synthetic).
+ */
+export * as LoopEvent from "./LoopEvent.js"
+
+/**
+ * Messages of the history a `ModelRequest` carries.
+ */
+export * as Message from "./Message.js"
+
+/**
+ * The model port. A `ModelClient` turns a request (history, tool definitions, settings) into a reply. It never sees the run log.
+ */
+export * as ModelClient from "./ModelClient.js"
+
+/**
+ * What the model returned, exactly as logged.
+ */
+export * as ModelReply from "./ModelReply.js"
+
+/**
+ * Settings passed to the model with every request; part of the snapshot.
+ */
+export * as ModelSettings from "./ModelSettings.js"
+
+/**
+ * The decision a `DecisionParser` reads out of a model reply.
+ */
+export * as ParsedReply from "./ParsedReply.js"
+
+/**
+ * The run log: six record kinds and the `RunLog` a store reads back (SPEC §7). History is rebuilt from the log, never stored separately.
+ */
+export * as RunLog from "./RunLog.js"
+
+/**
+ * The run log store port (SPEC §7), split into the loop-facing service and a small backend that adapters implement. `make(backend)` adds record encoding, decoding and the sequence checks once, for every backend.
+ */
+export * as RunLogStore from "./RunLogStore.js"
+
+/**
+ * Why a run stopped. A run that broke never looks like a run that ran out of budget.
+ */
+export * as StopReason from "./StopReason.js"
+
+/**
+ * Texts the library writes into history instead of the executor's own (design 0007, decision 2). Templates may use `{tool}`, `{issues}` and `{tools}`; the library fills them from the validation result, a pure function of the snapshot and the reply.
+ */
+export * as SyntheticObservations from "./SyntheticObservations.js"
+
+/**
+ * A tool: name, description, a parameter Schema (decoded from the call's arguments; JSON Schema derived for the model), an optional handler, a replay policy and a completion marker (design 0008). The implementation hangs on the spec, so narrowing a registry carries it along.
+ */
+export * as Tool from "./Tool.js"
+
+/**
+ * What a tool handler may know about the call it serves (beyond the seeds): the run, the step, the call id and an idempotency key `runId/step/callId`, so a tool with side effects can make them idempotent across a crash and a replay.
+ */
+export * as ToolContext from "./ToolContext.js"
+
+/**
+ * The tool registry (design 0008): the tools the model may call, their JSON Schemas, pure validation of calls, narrowing, and the derived executor.
+ */
+export * as ToolRegistry from "./ToolRegistry.js"
