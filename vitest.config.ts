@@ -9,6 +9,9 @@ export default defineConfig({
     ],
     exclude: ["**/node_modules/**", "**/build/**"],
     setupFiles: ["./vitest.setup.ts"],
+    // A private PostgreSQL server for the PostgreSQL tests (installed and started if needed,
+    // stopped after the run); tests find it in process.env.POLYLOOP_TEST_PG_URL.
+    globalSetup: ["./test/support/pg-global-setup.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // Tests share one machine with 2 cores; suites that spawn processes or touch one database
