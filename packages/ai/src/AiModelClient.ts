@@ -1,0 +1,236 @@
+/**
+ * An adapter from `@effect/ai`'s `LanguageModel` to polyloop's `ModelClient`, so every
+ * `@effect/ai` provider (OpenAI, Anthropic, Google, Amazon Bedrock, OpenRouter, …) can drive a
+ * polyloop agent: polyloop messages become a `Prompt`, tool definitions become `@effect/ai`
+ * tools whose parameter schema is the definition's JSON Schema verbatim, and the response
+ * becomes a `ModelReply` (text, tool calls with their raw arguments, usage, finish reason).
+ *
+ * `@effect/ai`'s own tool-call resolution is disabled (`disableToolCallResolution: true`, and the
+ * toolkit's handler is never called): polyloop executes tools itself, through its executor and
+ * run log. Errors (`AiError`) become `ModelError`: transport failures, the timeout, 429 and 5xx
+ * are `retryable`; other statuses, malformed output and malformed input are not. Messages carry
+ * the status and a short reason, never a header, the API key or any body content.
+ *
+ * Limits of `@effect/ai` 0.37 (where `OpenAiCompatible` does better): it has no
+ * provider-neutral sampling settings, so a request's `ModelSettings` reach the provider only
+ * through `Options.applySettings`; and it decodes tool calls against the declared tools, so a
+ * call to an unknown tool, or arguments that are not a JSON object, fail the reply
+ * (non-retryable) instead of reaching polyloop's parser.
+ *
+ * @since 0.1.0
+ */
+import * as AiError from "@effect/ai/AiError"
+import * as LanguageModel from "@effect/ai/LanguageModel"
+import * as Prompt from "@effect/ai/Prompt"
+import * as AiTool from "@effect/ai/Tool"
+import type * as Toolkit from "@effect/ai/Toolkit"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
+import { ModelError } from "@polyloop/core/Errors"
+import type * as Message from "@polyloop/core/Message"
+import { ModelClient, type ModelRequest, type ToolDefinition } from "@polyloop/core/ModelClient"
+import * as ModelReply from "@polyloop/core/ModelReply"
+import type { ModelSettings } from "@polyloop/core/ModelSettings"
+import * as Errors from "./internal/errors.js"
+
+const source = "AiModelClient"
+
+/**
+ * Applies a request's `ModelSettings` to the provider for one call, e.g.
+ * `(effect, settings) => OpenAiLanguageModel.withConfigOverride(effect, { temperature: settings.temperature })`.
+ */
+export type ApplySettings = <A, E, R>(effect: Effect.Effect<A, E, R>, settings: ModelSettings) => Effect.Effect<A, E, R>
+
+/** Adapter options. */
+export interface Options {
+  /**
+   * Applies the request's settings to the provider. Without it, a request that sets any
+   * setting fails with a non-retryable `ModelError` (a setting silently ignored would make a
+   * run differ from what its snapshot says).
+   */
+  readonly applySettings?: ApplySettings | undefined
+  /** Cut of one call (none by default); a cut is a retryable `ModelError`. */
+  readonly timeout?: Duration.DurationInput | undefined
+}
+
+// -----------------------------------------------------------------------------
+// Requests
+// -----------------------------------------------------------------------------
+
+const decodeJson = Schema.decodeUnknownOption(Schema.parseJson())
+
+/** A model's arguments text as tool-call params: the JSON value, or the text itself if it is not JSON. */
+const paramsOf = (argumentsText: string): unknown => Option.getOrElse(decodeJson(argumentsText), () => argumentsText)
+
+/** A polyloop message as an `@effect/ai` prompt message; a `Tool` message answers its call by id. */
+export const toPromptMessage = (message: Message.Message): Prompt.Message => {
+  switch (message._tag) {
+    case "System":
+      return Prompt.systemMessage({ content: message.text })
+    case "User":
+      return Prompt.userMessage({ content: [Prompt.textPart({ text: message.text })] })
+    case "Assistant":
+      return Prompt.assistantMessage({
+        content: [
+          ...(message.text === "" ? [] : [Prompt.textPart({ text: message.text })]),
+          ...message.toolCalls.map((call) =>
+            Prompt.toolCallPart({ id: call.id, name: call.name, params: paramsOf(call.argumentsText), providerExecuted: false })
+          )
+        ]
+      })
+    case "Tool":
+      return Prompt.toolMessage({
+        content: [
+          Prompt.toolResultPart({
+            id: message.callId,
+            name: message.name,
+            result: message.text,
+            isFailure: false,
+            providerExecuted: false
+          })
+        ]
+      })
+  }
+}
+
+/** The history as an `@effect/ai` `Prompt`. */
+export const toPrompt = (messages: ReadonlyArray<Message.Message>): Prompt.Prompt =>
+  Prompt.fromMessages(messages.map(toPromptMessage))
+
+/**
+ * The parameters schema of a tool whose JSON Schema is given: the provider is sent the JSON
+ * Schema verbatim (a `jsonSchema` annotation with a `type` overrides the derived one), and any
+ * JSON object the model returns decodes unchanged (the arguments are checked later, by the
+ * tool registry).
+ */
+const parametersFromJsonSchema = (jsonSchema: unknown) =>
+  Schema.Struct({}, Schema.Record({ key: Schema.String, value: Schema.Unknown })).annotations({
+    jsonSchema: Predicate.isObject(jsonSchema) && !Array.isArray(jsonSchema) ? jsonSchema : { type: "object" }
+  })
+
+/** A tool definition as an `@effect/ai` tool with no handler. */
+export const toAiTool = (tool: ToolDefinition): AiTool.Any =>
+  AiTool.make(tool.name, { description: tool.description }).setParameters(parametersFromJsonSchema(tool.parameters))
+
+/**
+ * The tool definitions as an `@effect/ai` toolkit whose handler is never called (tool-call
+ * resolution is disabled; calling it is a defect).
+ */
+export const toToolkit = (tools: ReadonlyArray<ToolDefinition>): Toolkit.WithHandler<Record<string, AiTool.Any>> => ({
+  tools: Object.fromEntries(tools.map((tool) => [tool.name, toAiTool(tool)])),
+  handle: (name) => Effect.dieMessage(`${source}: tool "${String(name)}" must be executed by polyloop, not @effect/ai`)
+})
+
+// -----------------------------------------------------------------------------
+// Responses
+// -----------------------------------------------------------------------------
+
+const tokens = (value: number | undefined): number =>
+  value === undefined || !Number.isFinite(value) || value < 0 ? 0 : Math.round(value)
+
+/**
+ * A response as a `ModelReply`: the text parts, the tool calls the provider did not execute
+ * itself (params re-serialized as JSON) and the usage (missing counts are 0).
+ */
+export const toModelReply = (response: LanguageModel.GenerateTextResponse<Record<string, AiTool.Any>>): ModelReply.ModelReply => {
+  const toolCalls: Array<ModelReply.ModelToolCall> = []
+  for (const part of response.content) {
+    if (part.type === "tool-call" && !part.providerExecuted) {
+      toolCalls.push({
+        id: part.id,
+        name: part.name,
+        argumentsText: typeof part.params === "string" ? part.params : JSON.stringify(part.params)
+      })
+    }
+  }
+  const usage = response.usage
+  return ModelReply.make({
+    text: response.text,
+    toolCalls,
+    usage: { inputTokens: tokens(usage.inputTokens), outputTokens: tokens(usage.outputTokens) },
+    finishReason: response.finishReason
+  })
+}
+
+/**
+ * An `AiError` as a `ModelError`. Built from the error's fields, never its message (which may
+ * quote the response body); the cause kept is at most the socket's own error.
+ */
+export const toModelError = (error: AiError.AiError): ModelError => {
+  const where = `${error.module}.${error.method}`
+  switch (error._tag) {
+    case "HttpRequestError":
+      return error.reason === "Transport"
+        ? Errors.transportError(source, `${where} (${Errors.describeEndpoint(error.request.url)})`, error.cause)
+        : new ModelError({ retryable: false, message: `${source}: ${where} could not send its request (${error.reason})` })
+    case "HttpResponseError":
+      return error.reason === "StatusCode"
+        ? Errors.statusError(source, `${where} (${Errors.describeEndpoint(error.request.url)})`, error.response.status)
+        : new ModelError({
+          retryable: false,
+          status: error.response.status,
+          message: `${source}: ${where} got a malformed answer (${error.reason === "EmptyBody" ? "empty body" : "body is not valid JSON"})`
+        })
+    case "MalformedOutput":
+      return new ModelError({
+        retryable: false,
+        message: `${source}: ${where}: the model's output does not match the expected format or the declared tools`
+      })
+    case "MalformedInput":
+      return new ModelError({ retryable: false, message: `${source}: ${where}: the request cannot be expressed for this provider` })
+    case "UnknownError":
+      return new ModelError({ retryable: false, message: `${source}: ${where} failed` })
+  }
+}
+
+const setSettings = (settings: ModelSettings): ReadonlyArray<string> =>
+  Object.entries(settings).flatMap(([key, value]) => (value === undefined ? [] : [key]))
+
+// -----------------------------------------------------------------------------
+// Service
+// -----------------------------------------------------------------------------
+
+/** Makes the client on the `LanguageModel` in context. */
+export const make = (options: Options = {}): Effect.Effect<ModelClient.Service, never, LanguageModel.LanguageModel> =>
+  Effect.gen(function*() {
+    const model = yield* LanguageModel.LanguageModel
+    const timeout = options.timeout === undefined ? undefined : Duration.decode(options.timeout)
+    const applySettings = options.applySettings
+
+    const generate = (request: ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> => {
+      const call = model.generateText({
+        prompt: toPrompt(request.messages),
+        toolkit: toToolkit(request.tools),
+        disableToolCallResolution: true
+      }).pipe(Effect.mapBoth({ onFailure: toModelError, onSuccess: toModelReply }))
+      const unsupported = applySettings === undefined ? setSettings(request.settings) : []
+      const configured = unsupported.length > 0
+        ? new ModelError({
+          retryable: false,
+          message: `${source}: the request sets ${unsupported.join(", ")} but no applySettings was given to pass them to the provider`
+        })
+        : applySettings === undefined
+        ? call
+        : applySettings(call, request.settings)
+      return (timeout === undefined
+        ? configured
+        : Effect.timeoutFail(configured, {
+          duration: timeout,
+          onTimeout: () => Errors.timeoutError(source, "the provider", timeout)
+        })).pipe(
+          Effect.withSpan("AiModelClient.generate", {
+            attributes: { messages: request.messages.length, tools: request.tools.length }
+          })
+        )
+    }
+
+    return ModelClient.of({ generate })
+  })
+
+/** The `ModelClient` layer over the `LanguageModel` in context. */
+export const layer = (options: Options = {}): Layer.Layer<ModelClient, never, LanguageModel.LanguageModel> =>
+  Layer.effect(ModelClient, make(options))

@@ -1,0 +1,15 @@
+/**
+ * @polyloop/ai
+ *
+ * @since 0.1.0
+ */
+
+/**
+ * An adapter from `@effect/ai`'s `LanguageModel` to polyloop's `ModelClient`, so every `@effect/ai` provider (OpenAI, Anthropic, Google, Amazon Bedrock, OpenRouter, …) can drive a polyloop agent: polyloop messages become a `Prompt`, tool definitions become `@effect/ai` tools whose parameter schema is the definition's JSON Schema verbatim, and the response becomes a `ModelReply` (text, tool calls with their raw arguments, usage, finish reason).
+ */
+export * as AiModelClient from "./AiModelClient.js"
+
+/**
+ * A `ModelClient` for any server that speaks OpenAI's Chat Completions API — OpenAI itself, vLLM, Ollama, LM Studio, OpenRouter, llama.cpp — on `@effect/platform`'s `HttpClient`, configured in code (`layer`) or from `Config` (`layerConfig`: `POLYLOOP_MODEL`, `POLYLOOP_BASE_URL`, `POLYLOOP_API_KEY`, `POLYLOOP_TIMEOUT`).
+ */
+export * as OpenAiCompatible from "./OpenAiCompatible.js"
