@@ -132,8 +132,33 @@ export class InvalidArguments extends Schema.TaggedError<InvalidArguments>()("In
   }
 }
 
+/** The run request is not valid (e.g. an agent definition that does not satisfy its schema); nothing was written. */
+export class InvalidRunRequest extends Schema.TaggedError<InvalidRunRequest>()("InvalidRunRequest", {
+  runId: Schema.String,
+  issues: Schema.String
+}) {
+  override get message(): string {
+    return `run ${this.runId}: invalid request: ${this.issues}`
+  }
+}
+
 /** What `Agent.run` can fail with. */
-export type RunError = ModelError | StoreError | SnapshotMismatch | RunBusy | ConcurrentWriter | ExecutorRegistryMismatch
+export type RunError =
+  | ModelError
+  | StoreError
+  | SnapshotMismatch
+  | RunBusy
+  | ConcurrentWriter
+  | ExecutorRegistryMismatch
+  | InvalidRunRequest
 
 /** Schema of `RunError`. */
-export const RunError = Schema.Union(ModelError, StoreError, SnapshotMismatch, RunBusy, ConcurrentWriter, ExecutorRegistryMismatch)
+export const RunError = Schema.Union(
+  ModelError,
+  StoreError,
+  SnapshotMismatch,
+  RunBusy,
+  ConcurrentWriter,
+  ExecutorRegistryMismatch,
+  InvalidRunRequest
+)

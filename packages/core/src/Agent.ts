@@ -1,0 +1,471 @@
+/**
+ * The loop (SPEC §7–§9): `Agent.run` runs an agent on a task, durably. Idempotent by run id:
+ * a fresh id starts, a started and unfinished one resumes where it stopped, a finished one
+ * returns its recorded result without calling anything.
+ *
+ * Each step: stop judgment → model call (retried per `modelRetry` on a retryable `ModelError`)
+ * → `ModelReplied` (durable before parsing) → parse → execute → `ActionResulted` +
+ * `StepCompleted` (atomic) → events. History is rendered by appending to one message array, so
+ * a step costs the same at step 10 and at step 10,000.
+ *
+ * The `messages` of a `ModelRequest` is that growing array: the loop only ever appends to it,
+ * after the call returned. A `ModelClient` that keeps a request beyond the call must copy the
+ * messages (or remember their count).
+ *
+ * @since 0.1.0
+ */
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import type * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import type { Action } from "./Action.js"
+import { ActionExecutor } from "./ActionExecutor.js"
+import type { ActionOutcome } from "./ActionOutcome.js"
+import * as AgentDefinition from "./AgentDefinition.js"
+import { DecisionParser } from "./DecisionParser.js"
+import { ExecutorRegistryMismatch, InvalidRunRequest, type RunError, SnapshotMismatch } from "./Errors.js"
+import { EventSink } from "./EventSink.js"
+import { type ResultId, RunId, type StepIndex } from "./Ids.js"
+import * as History from "./internal/history.js"
+import * as State from "./internal/state.js"
+import type { LoopEvent } from "./LoopEvent.js"
+import { ModelClient, type ModelRequest, type ToolDefinition } from "./ModelClient.js"
+import { type ModelReply, Usage } from "./ModelReply.js"
+import type { ParsedReply } from "./ParsedReply.js"
+import type * as RunLog from "./RunLog.js"
+import { RunLogStore } from "./RunLogStore.js"
+import * as Snapshot from "./Snapshot.js"
+import { StopReason } from "./StopReason.js"
+import * as ToolContext from "./ToolContext.js"
+import { type DerivedExecutor, isDerivedExecutor, isDerivedFrom, type ToolRegistry } from "./ToolRegistry.js"
+
+/** What to run: an agent on a task with a registry of tools, under a caller-chosen run id. */
+export interface RunRequest {
+  readonly runId: RunId
+  readonly agent: AgentDefinition.AgentDefinition
+  readonly task: string
+  /**
+   * The tools the model sees (their schemas, replay policies and completion markers are in the
+   * snapshot). When the `ActionExecutor` in context is a registry's derived executor, it must
+   * have been derived from this registry.
+   */
+  readonly tools: ToolRegistry<unknown>
+}
+
+/** How a run ended; the same value every time `run` is called on a finished run id. */
+export const RunResult = Schema.Struct({
+  runId: RunId,
+  stopReason: StopReason,
+  steps: Schema.NonNegativeInt,
+  effectiveSteps: Schema.NonNegativeInt,
+  usage: Usage,
+  /** How many times the run was resumed. */
+  resumedCount: Schema.NonNegativeInt,
+  /**
+   * Events the sink failed to deliver during the attempt that finished the run (an attempt
+   * that was interrupted or crashed leaves no count). The `RunFinished` event itself is emitted
+   * after its record is durable, so its own delivery is not in the count.
+   */
+  eventDeliveryFailures: Schema.NonNegativeInt
+})
+/** @since 0.1.0 */
+export interface RunResult extends Schema.Schema.Type<typeof RunResult> {}
+
+/** The services `run` needs. */
+export type Requirements = ModelClient | DecisionParser | ActionExecutor | RunLogStore | EventSink
+
+/** The result recorded in a `RunFinished` record. */
+export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult => ({
+  runId,
+  stopReason: finished.stopReason,
+  steps: finished.counters.steps,
+  effectiveSteps: finished.counters.effectiveSteps,
+  usage: finished.counters.usage,
+  resumedCount: finished.counters.resumedCount,
+  eventDeliveryFailures: finished.eventDeliveryFailures
+})
+
+/** The snapshot a request runs under (the decision parser's `id` is part of it). */
+export const snapshotOf = (request: RunRequest, parserId: string): Snapshot.Encoded =>
+  Snapshot.encode(Snapshot.make({ agent: request.agent, task: request.task, tools: request.tools, parserId }))
+
+/** Everything one attempt of a run works with. Owned by the run's fiber. */
+interface Run {
+  readonly runId: RunId
+  readonly request: RunRequest
+  readonly store: RunLogStore.Service
+  readonly model: ModelClient.Service
+  readonly parser: DecisionParser.Service
+  readonly executor: ActionExecutor.Service
+  readonly derived: DerivedExecutor | undefined
+  readonly sink: EventSink.Service
+  readonly texts: History.Texts
+  readonly schedule: Schedule.Schedule<unknown>
+  readonly modelTools: ReadonlyArray<ToolDefinition>
+  readonly maxDurationMillis: number | undefined
+  state: State.State
+}
+
+const asStep = (step: number): StepIndex => step as StepIndex
+const resultIdOf = (step: number): ResultId => `result_${step}` as ResultId
+
+const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
+
+/** Emits an event; a failed delivery is counted, never propagated. */
+const emit = (run: Run, event: LoopEvent): Effect.Effect<void> =>
+  Effect.catchAll(run.sink.emit(event), (error) =>
+    Effect.zipRight(
+      Effect.sync(() => {
+        run.state.eventDeliveryFailures += 1
+      }),
+      Effect.logDebug(`polyloop: event ${event._tag} not delivered: ${error.message}`)
+    ))
+
+/** The stop judgment of SPEC §9, in order: environment error, completion, then the four budgets. */
+const judge = (run: Run): StopReason | undefined => {
+  const state = run.state
+  const last = state.last
+  if (last !== undefined) {
+    const result = last.result
+    if (result !== null && result.outcome.status === "EnvError") {
+      return { _tag: "EnvError", message: result.executorObservation === "" ? result.outcome.observation : result.executorObservation }
+    }
+    if (last.decision._tag === "Finish") return { _tag: "Completed", by: "Answer", answer: last.decision.answer }
+    if (result !== null && result.outcome.status === "Executed") {
+      const action = result.action
+      if (
+        !result.handlerFailed &&
+        action._tag === "ToolCall" &&
+        Option.exists(run.request.tools.get(action.name), (tool) => tool.completesRun)
+      ) {
+        return { _tag: "Completed", by: "Tool", answer: result.executorObservation }
+      }
+      if (result.outcome.envReportedCompletion) return { _tag: "Completed", by: "Environment" }
+    }
+  }
+  const budget = run.request.agent.budget
+  if (state.steps >= budget.maxSteps) return { _tag: "BudgetExhausted", budget: "Steps" }
+  if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps >= budget.maxEffectiveSteps) {
+    return { _tag: "BudgetExhausted", budget: "EffectiveSteps" }
+  }
+  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens >= budget.maxTokens) {
+    return { _tag: "BudgetExhausted", budget: "Tokens" }
+  }
+  if (run.maxDurationMillis !== undefined && state.elapsed >= run.maxDurationMillis) {
+    return { _tag: "BudgetExhausted", budget: "Duration" }
+  }
+  return undefined
+}
+
+/** The outcome as it enters history (SPEC §5.2): synthetic texts for NotExecuted / EnvError, the limit for Executed. */
+const intoHistory = (run: Run, action: Action, outcome: ActionOutcome): ActionOutcome => {
+  const texts = run.texts
+  switch (outcome.status) {
+    case "Executed": {
+      const [observation, cut] = History.truncate(outcome.observation, texts.observationLimit)
+      return {
+        status: "Executed",
+        observation,
+        observationIsSynthetic: false,
+        envReportedCompletion: outcome.envReportedCompletion,
+        observationTruncatedChars: outcome.observationTruncatedChars + cut
+      }
+    }
+    case "NotExecuted":
+      return {
+        status: "NotExecuted",
+        observation: History.fillFor(texts.synthetic.notExecuted, action, History.notExecutedIssues(action, run.request.tools), texts),
+        observationIsSynthetic: true,
+        envReportedCompletion: false,
+        observationTruncatedChars: 0
+      }
+    case "EnvError":
+      return {
+        status: "EnvError",
+        observation: History.fillFor(texts.synthetic.envError, action, "the environment reported a failure", texts),
+        observationIsSynthetic: true,
+        envReportedCompletion: false,
+        observationTruncatedChars: 0
+      }
+  }
+}
+
+/** Runs an action under its `ToolContext`; the derived executor also reports whether the handler failed. */
+const execute = (run: Run, step: number, action: Action): Effect.Effect<{ readonly outcome: ActionOutcome; readonly handlerFailed: boolean }> => {
+  const callId = History.callIdOf(action, step)
+  const effect =
+    run.derived !== undefined
+      ? run.derived.executeReport(action)
+      : Effect.map(run.executor.execute(action), (outcome) => ({ outcome, handlerFailed: false }))
+  return effect.pipe(
+    Effect.provideService(ToolContext.ToolContext, ToolContext.make({ runId: run.runId, step, callId })),
+    Effect.withSpan("Agent.action", {
+      attributes: { "polyloop.run_id": run.runId, "polyloop.step": step, "polyloop.action": History.actionName(action), "polyloop.call_id": callId }
+    })
+  )
+}
+
+/**
+ * Completes a step whose reply is logged: executes its action (or, on resume of an action whose
+ * replay policy is `"Never"`, records it as interrupted), writes the result and the step
+ * atomically, renders the step into history and emits its events.
+ */
+const settle = (run: Run, step: number, reply: ModelReply, parsed: ParsedReply, startedAt: number, resumed: boolean) =>
+  Effect.gen(function*() {
+    const decision = History.assignCallId(parsed, step)
+    yield* emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision })
+    let result: RunLog.ActionResulted | null = null
+    if (decision._tag === "Act") {
+      const action = decision.action
+      let outcome: ActionOutcome
+      let executorObservation = ""
+      let handlerFailed = false
+      if (resumed && run.executor.replayPolicy(action) === "Never") {
+        outcome = {
+          status: "NotExecuted",
+          observation: History.fillFor(
+            run.texts.synthetic.interrupted,
+            action,
+            "the run stopped while the action was in flight",
+            run.texts
+          ),
+          observationIsSynthetic: true,
+          envReportedCompletion: false,
+          observationTruncatedChars: 0
+        }
+      } else {
+        const report = yield* execute(run, step, action)
+        executorObservation = report.outcome.observation
+        handlerFailed = report.handlerFailed
+        outcome = intoHistory(run, action, report.outcome)
+      }
+      result = {
+        _tag: "ActionResulted",
+        seq: run.state.seq,
+        resultId: resultIdOf(step),
+        step: asStep(step),
+        action,
+        outcome,
+        executorObservation,
+        handlerFailed
+      }
+    }
+    const now = yield* Clock.currentTimeMillis
+    const elapsed = Math.max(0, now - startedAt)
+    const completed: RunLog.StepCompleted = {
+      _tag: "StepCompleted",
+      seq: result === null ? run.state.seq : run.state.seq + 1,
+      step: asStep(step),
+      decision,
+      resultId: result === null ? null : result.resultId,
+      usage: reply.usage,
+      elapsed
+    }
+    yield* run.store.completeStep(run.runId, result, completed)
+    run.state.seq = completed.seq + 1
+    State.applyStep(run.state, reply, completed, result, run.texts)
+    if (result !== null) {
+      yield* emit(run, {
+        _tag: "ActionExecuted",
+        runId: run.runId,
+        step,
+        action: result.action,
+        outcome: result.outcome,
+        executorObservation: result.executorObservation,
+        replayed: resumed
+      })
+    }
+    yield* emit(run, { _tag: "StepCompleted", runId: run.runId, step, decision: decision._tag, usage: reply.usage, elapsed })
+  })
+
+/** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
+const generate = (run: Run, step: number) => {
+  const request: ModelRequest = {
+    messages: run.state.messages,
+    tools: run.modelTools,
+    settings: run.request.agent.modelSettings
+  }
+  return run.model.generate(request).pipe(
+    Effect.tapError((error) => Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)),
+    Effect.retry({ schedule: run.schedule, while: (error) => error.retryable }),
+    Effect.withSpan("Agent.model", { attributes: { "polyloop.run_id": run.runId, "polyloop.step": step } })
+  )
+}
+
+/** One live step: model call, durable reply, parse, then `settle`. */
+const runStep = (run: Run) => {
+  const step = run.state.steps
+  return Effect.gen(function*() {
+    const startedAt = yield* Clock.currentTimeMillis
+    yield* emit(run, { _tag: "StepStarted", runId: run.runId, step })
+    const reply = yield* generate(run, step)
+    const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
+    yield* run.store.appendReply(run.runId, replied)
+    run.state.seq += 1
+    yield* emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply })
+    const decision = yield* run.parser.parse(reply)
+    yield* settle(run, step, reply, decision, startedAt, false)
+  }).pipe(Effect.withSpan("Agent.step", { attributes: { "polyloop.run_id": run.runId, "polyloop.step": step } }))
+}
+
+/** Appends `RunFinished` and emits its event. */
+const finish = (run: Run, stopReason: StopReason) =>
+  Effect.gen(function*() {
+    const state = run.state
+    const finishedAt = yield* Clock.currentTimeMillis
+    const record: RunLog.RunFinished = {
+      _tag: "RunFinished",
+      seq: state.seq,
+      stopReason,
+      finishedAt,
+      counters: {
+        steps: state.steps,
+        effectiveSteps: state.effectiveSteps,
+        usage: { inputTokens: state.inputTokens, outputTokens: state.outputTokens },
+        elapsed: state.elapsed,
+        resumedCount: state.resumedCount
+      },
+      eventDeliveryFailures: state.eventDeliveryFailures
+    }
+    yield* run.store.finish(run.runId, record)
+    state.seq += 1
+    yield* emit(run, { _tag: "RunFinished", runId: run.runId, stopReason, counters: record.counters })
+    return resultOf(run.runId, record)
+  })
+
+const loop = (run: Run) =>
+  Effect.gen(function*() {
+    while (true) {
+      const stop = judge(run)
+      if (stop !== undefined) return yield* finish(run, stop)
+      yield* runStep(run)
+    }
+  })
+
+const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
+  if (started.snapshotHash === current.hash) return Effect.void
+  const differences = Snapshot.diff(started.snapshot, current.value)
+  return Effect.fail(
+    new SnapshotMismatch({
+      runId,
+      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]]
+    })
+  )
+}
+
+/** A fresh run: `RunStarted` with the snapshot. */
+const start = (run: Run, snapshot: Snapshot.Encoded) =>
+  Effect.gen(function*() {
+    const startedAt = yield* Clock.currentTimeMillis
+    yield* run.store.start({
+      _tag: "RunStarted",
+      seq: 0,
+      runId: run.runId,
+      task: run.request.task,
+      snapshot: snapshot.value,
+      snapshotHash: snapshot.hash,
+      startedAt
+    })
+    yield* emit(run, { _tag: "RunStarted", runId: run.runId, task: run.request.task, snapshotHash: snapshot.hash, at: startedAt })
+  })
+
+/** A resumed run: `RunResumed`, then the interrupted step (if its reply was logged) is finished. */
+const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
+  Effect.gen(function*() {
+    const at = yield* Clock.currentTimeMillis
+    const fromStep = run.state.steps
+    yield* run.store.appendResume(run.runId, { _tag: "RunResumed", seq: run.state.seq, fromStep: asStep(fromStep), at })
+    run.state.seq += 1
+    run.state.resumedCount += 1
+    yield* emit(run, { _tag: "RunResumed", runId: run.runId, fromStep, at })
+    if (Option.isSome(interrupted)) {
+      const reply = interrupted.value.reply
+      yield* Effect.gen(function*() {
+        const decision = yield* run.parser.parse(reply)
+        yield* settle(run, fromStep, reply, decision, at, true)
+      }).pipe(
+        Effect.withSpan("Agent.step", { attributes: { "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true } })
+      )
+    }
+  })
+
+/**
+ * Runs `request.agent` on `request.task` under `request.runId`, durably:
+ *
+ * - finished run id → its recorded `RunResult`; nothing is called;
+ * - started and unfinished → the configuration is checked against the recorded snapshot
+ *   (`SnapshotMismatch`, nothing written), the run is claimed, `RunResumed` appended, history and
+ *   counters rebuilt from the log, an interrupted step finished (its action re-run only if its
+ *   replay policy is `"Always"`), and the loop goes on;
+ * - fresh → claimed, `RunStarted` appended, the loop runs.
+ *
+ * Fails with `ExecutorRegistryMismatch` (a derived executor from another registry), `RunBusy`
+ * (another owner holds the claim), `SnapshotMismatch`, `InvalidRunRequest` — all before anything
+ * is written — and with `ModelError` (retries exhausted), `StoreError` or `ConcurrentWriter`,
+ * after which the run can be resumed. A defect in the parser or executor is not caught.
+ * Interrupting the fiber stops the call in flight, writes nothing more and releases the claim.
+ */
+export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Requirements> =>
+  Effect.gen(function*() {
+    const runId = request.runId
+    const executor = yield* ActionExecutor
+    const derived = isDerivedExecutor(executor) ? executor : undefined
+    if (derived !== undefined && !isDerivedFrom(derived, request.tools)) {
+      return yield* new ExecutorRegistryMismatch({ requestTools: request.tools.names, executorTools: derived.registry.names })
+    }
+    const valid = validateAgent(request.agent)
+    if (valid._tag === "Left") {
+      return yield* new InvalidRunRequest({ runId, issues: ParseResult.TreeFormatter.formatErrorSync(valid.left) })
+    }
+    const store = yield* RunLogStore
+    const seen = yield* store.readLog(runId)
+    if (Option.isSome(seen.finished)) return resultOf(runId, seen.finished.value)
+    const parser = yield* DecisionParser
+    const snapshot = snapshotOf(request, parser.id)
+    if (Option.isSome(seen.started)) yield* checkSnapshot(runId, seen.started.value, snapshot)
+    const model = yield* ModelClient
+    const sink = yield* EventSink
+    return yield* Effect.scoped(
+      Effect.gen(function*() {
+        yield* store.claim(runId)
+        // Read again under the claim: another owner may have progressed or finished meanwhile.
+        const log = yield* store.readLog(runId)
+        if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
+        const agent = request.agent
+        const texts = History.makeTexts({
+          synthetic: agent.syntheticObservations,
+          tools: request.tools,
+          observationTemplate: (agent.historyRendering ?? AgentDefinition.defaultHistoryRendering).observationTemplate,
+          observationLimit: agent.observationLimit
+        })
+        const messages = History.initial(agent.systemPrompt, request.task)
+        const current: Run = {
+          runId,
+          request,
+          store,
+          model,
+          parser,
+          executor,
+          derived,
+          sink,
+          texts,
+          schedule: AgentDefinition.retrySchedule(agent.modelRetry),
+          modelTools: request.tools.modelView(),
+          maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
+          state: State.fresh(messages)
+        }
+        if (Option.isSome(log.started)) {
+          yield* checkSnapshot(runId, log.started.value, snapshot)
+          const rebuilt = yield* State.rebuild(runId, log, messages, texts)
+          current.state = rebuilt.state
+          yield* resume(current, rebuilt.interrupted)
+        } else {
+          yield* start(current, snapshot)
+        }
+        return yield* loop(current)
+      })
+    )
+  }).pipe(Effect.withSpan("Agent.run", { attributes: { "polyloop.run_id": request.runId, "polyloop.agent": request.agent.name } }))

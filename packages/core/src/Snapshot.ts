@@ -1,0 +1,175 @@
+/**
+ * The snapshot of a run (SPEC §8): everything the model can see or that decides what it sees,
+ * as canonical JSON (sorted keys, no whitespace) with its SHA-256. `RunStarted` records it; a
+ * resume computes it again and refuses to continue under another configuration.
+ *
+ * @since 0.1.0
+ */
+import { createHash } from "node:crypto"
+import * as Schema from "effect/Schema"
+import { ReplayPolicy } from "./ActionExecutor.js"
+import * as AgentDefinition from "./AgentDefinition.js"
+import { Budget } from "./Budget.js"
+import type { SnapshotDifference } from "./Errors.js"
+import { ModelSettings } from "./ModelSettings.js"
+import { SyntheticObservations } from "./SyntheticObservations.js"
+import type { ToolRegistry } from "./ToolRegistry.js"
+
+/** polyloop's major.minor version, part of every snapshot (a new minor may render history differently). */
+export const version = "0.1"
+
+/** A tool as the snapshot holds it: its model view plus its replay policy and completion marker. */
+export const SnapshotTool = Schema.Struct({
+  name: Schema.String,
+  description: Schema.String,
+  /** The JSON Schema of the parameters, as sent to the model. */
+  parameters: Schema.Unknown,
+  replayPolicy: ReplayPolicy,
+  completesRun: Schema.Boolean
+})
+/** @since 0.1.0 */
+export interface SnapshotTool extends Schema.Schema.Type<typeof SnapshotTool> {}
+
+/** The snapshot. `agent` holds the whole definition except `modelRetry`. */
+export const Snapshot = Schema.Struct({
+  polyloop: Schema.String,
+  agent: Schema.Struct({
+    name: Schema.String,
+    systemPrompt: Schema.String,
+    modelSettings: ModelSettings,
+    budget: Budget,
+    syntheticObservations: SyntheticObservations,
+    observationLimit: Schema.NullOr(Schema.Int),
+    historyRendering: AgentDefinition.HistoryRendering
+  }),
+  task: Schema.String,
+  tools: Schema.Array(SnapshotTool),
+  parser: Schema.String
+})
+/** @since 0.1.0 */
+export interface Snapshot extends Schema.Schema.Type<typeof Snapshot> {}
+
+/** What a snapshot is made of. */
+export interface Input {
+  readonly agent: AgentDefinition.AgentDefinition
+  readonly task: string
+  readonly tools: ToolRegistry<unknown>
+  /** The decision parser's `id`. */
+  readonly parserId: string
+}
+
+/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
+export const make = (input: Input): Snapshot => ({
+  polyloop: version,
+  agent: {
+    name: input.agent.name,
+    systemPrompt: input.agent.systemPrompt,
+    modelSettings: input.agent.modelSettings,
+    budget: input.agent.budget,
+    syntheticObservations: input.agent.syntheticObservations,
+    observationLimit: input.agent.observationLimit ?? null,
+    historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
+  },
+  task: input.task,
+  tools: input.tools.modelView().map((view) => {
+    const tool = input.tools.get(view.name)
+    return {
+      name: view.name,
+      description: view.description,
+      parameters: view.parameters,
+      replayPolicy: tool._tag === "Some" ? tool.value.replayPolicy : "Never",
+      completesRun: tool._tag === "Some" ? tool.value.completesRun : false
+    }
+  }),
+  parser: input.parserId
+})
+
+const isPlainObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * Canonical JSON text of a JSON-like value: object keys sorted by code unit, no whitespace,
+ * `undefined` object members dropped (as `JSON.stringify` does), non-finite numbers as `null`.
+ * Throws on values JSON cannot hold (a `bigint`, a cycle).
+ */
+export const canonicalJson = (value: unknown): string => {
+  const seen = new Set<object>()
+  const write = (v: unknown): string => {
+    if (v === null || v === undefined || typeof v === "function" || typeof v === "symbol") return "null"
+    if (typeof v === "number") return Number.isFinite(v) ? JSON.stringify(v === 0 ? 0 : v) : "null"
+    if (typeof v === "string" || typeof v === "boolean") return JSON.stringify(v)
+    if (typeof v === "bigint") throw new TypeError("canonicalJson: a bigint has no JSON form")
+    if (seen.has(v)) throw new TypeError("canonicalJson: the value has a cycle")
+    seen.add(v)
+    let out: string
+    if (Array.isArray(v)) {
+      out = `[${v.map(write).join(",")}]`
+    } else {
+      const record = v as Readonly<Record<string, unknown>>
+      const keys = Object.keys(record).filter((k) => {
+        const member = record[k]
+        return member !== undefined && typeof member !== "function" && typeof member !== "symbol"
+      })
+      keys.sort()
+      out = `{${keys.map((k) => `${JSON.stringify(k)}:${write(record[k])}`).join(",")}}`
+    }
+    seen.delete(v)
+    return out
+  }
+  return write(value)
+}
+
+/** The hex SHA-256 of a text (UTF-8). */
+export const sha256 = (text: string): string => createHash("sha256").update(text, "utf8").digest("hex")
+
+/** A snapshot ready to record: its canonical JSON value and the SHA-256 of its canonical text. */
+export interface Encoded {
+  /** The canonical JSON value (keys sorted), as stored in `RunStarted.snapshot`. */
+  readonly value: unknown
+  /** The canonical JSON text. */
+  readonly json: string
+  /** `sha256(json)`, as stored in `RunStarted.snapshotHash`. */
+  readonly hash: string
+}
+
+const encodeSnapshot = Schema.encodeSync(Snapshot)
+
+/** Encodes a snapshot (durations to milliseconds), canonicalises and hashes it. */
+export const encode = (snapshot: Snapshot): Encoded => {
+  const json = canonicalJson(encodeSnapshot(snapshot))
+  return { value: JSON.parse(json), json, hash: sha256(json) }
+}
+
+/** The hash of any recorded snapshot value (canonicalised first). */
+export const hash = (value: unknown): string => sha256(canonicalJson(value))
+
+const identifier = /^[A-Za-z_$][A-Za-z0-9_$]*$/
+
+const child = (path: string, key: string): string =>
+  identifier.test(key) ? (path === "" ? key : `${path}.${key}`) : `${path}[${JSON.stringify(key)}]`
+
+/**
+ * The differences between two JSON values, as `[path, recorded, current]` in path order
+ * (`agent.systemPrompt`, `tools[0].parameters.properties.path.type`, …). A member present on one
+ * side only shows `undefined` on the other. Equal values give no difference.
+ */
+export const diff = (recorded: unknown, current: unknown): ReadonlyArray<SnapshotDifference> => {
+  const out: Array<SnapshotDifference> = []
+  const walk = (path: string, a: unknown, b: unknown): void => {
+    if (Array.isArray(a) && Array.isArray(b)) {
+      const n = Math.max(a.length, b.length)
+      for (let i = 0; i < n; i++) walk(`${path}[${i}]`, a[i], b[i])
+      return
+    }
+    if (isPlainObject(a) && isPlainObject(b)) {
+      const keys = new Set([...Object.keys(a), ...Object.keys(b)])
+      for (const key of [...keys].sort()) walk(child(path, key), a[key], b[key])
+      return
+    }
+    if (a === b) return
+    if (a !== undefined && b !== undefined && canonicalJson(a) === canonicalJson(b)) return
+    out.push([path, a, b])
+  }
+  walk("", recorded, current)
+  return out
+}

@@ -1,0 +1,207 @@
+/**
+ * A scripted `ModelClient` for tests, examples and benchmarks: replies from a list (one per
+ * step) or from a function of the request and the step; records every request it saw; can fail
+ * a given number of times with a retryable or non-retryable `ModelError`; can be slow (on
+ * `Clock`, so `TestClock` drives it); can run a hook before replying (signal a `Deferred`, then
+ * block, to interrupt a run mid-call).
+ *
+ * The step of a call is the number of `Assistant` messages in the request (the loop renders one
+ * per completed step), so a script indexed by step replays the same way after a resume. It is
+ * counted incrementally while the loop keeps appending to the same message array: a call costs
+ * O(1), not O(history).
+ *
+ * @since 0.1.0
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { ModelError } from "@polyloop/core/Errors"
+import type * as Message from "@polyloop/core/Message"
+import * as ModelClient from "@polyloop/core/ModelClient"
+import * as ModelReply from "@polyloop/core/ModelReply"
+
+/** A scripted reply: a full `ModelReply`, or a string (a text reply with the default usage). */
+export type Scripted = ModelReply.ModelReply | string
+
+/** Where a call falls. */
+export interface Call {
+  /** The step of the run (the number of `Assistant` messages in the request). */
+  readonly step: number
+  /** The index of this call among all calls this model received, from 0. */
+  readonly call: number
+  /** The index of this call among the calls for the same step, from 0 (retries count up). */
+  readonly attempt: number
+}
+
+/** The script: the reply of step `k` is `script[k]`, or a function of the request and the call. */
+export type Script =
+  | ReadonlyArray<Scripted>
+  | ((request: ModelClient.ModelRequest, call: Call) => Scripted | Effect.Effect<Scripted, ModelError>)
+
+/** Fail calls with a `ModelError`: the first `times` calls of `step` (of any step when unset). */
+export interface Failure {
+  readonly step?: number
+  readonly times: number
+  readonly retryable: boolean
+  readonly message?: string
+  readonly status?: number
+}
+
+/** Options of a scripted model. */
+export interface Options {
+  /** Injected failures, checked in order before the script. */
+  readonly failures?: ReadonlyArray<Failure>
+  /** Each call waits this long on `Clock` before replying (interruptible). */
+  readonly latency?: Duration.DurationInput
+  /** Runs before each reply (after latency and failures): signal, block, fail. */
+  readonly onCall?: (call: Call, request: ModelClient.ModelRequest) => Effect.Effect<void, ModelError>
+  /** The usage of string replies (default: no tokens). */
+  readonly usage?: ModelReply.Usage
+}
+
+/** A request the model saw, with its messages as they were at the call. */
+export interface SeenRequest {
+  readonly call: Call
+  readonly request: ModelClient.ModelRequest
+}
+
+/** A scripted model and what it observed. */
+export interface ScriptedModel {
+  readonly client: ModelClient.ModelClient.Service
+  /** `ModelClient` served by this model (the same instance: its records accumulate). */
+  readonly layer: Layer.Layer<ModelClient.ModelClient>
+  /** Every request seen, in call order. */
+  readonly requests: Effect.Effect<ReadonlyArray<SeenRequest>>
+  /** How many calls were made (failed and interrupted ones included). */
+  readonly calls: Effect.Effect<number>
+  /** How many calls were interrupted while in flight. */
+  readonly interruptions: Effect.Effect<number>
+}
+
+/** A text reply. */
+export const text = (value: string, usage?: ModelReply.Usage): ModelReply.ModelReply =>
+  ModelReply.make({ text: value, ...(usage === undefined ? {} : { usage }) })
+
+/**
+ * A reply with one native tool call; `args` is serialised as JSON (pass a string to send raw,
+ * possibly invalid, argument text). An empty `id` (the default) is filled with
+ * `call_s<step>_<index>` when the reply is served, so ids are unique and deterministic.
+ */
+export const toolCall = (
+  name: string,
+  args: unknown,
+  options?: { readonly id?: string; readonly text?: string; readonly usage?: ModelReply.Usage }
+): ModelReply.ModelReply =>
+  ModelReply.make({
+    text: options?.text ?? "",
+    toolCalls: [{ id: options?.id ?? "", name, argumentsText: typeof args === "string" ? args : JSON.stringify(args) }],
+    ...(options?.usage === undefined ? {} : { usage: options.usage })
+  })
+
+/** A reply whose text is one fenced code block of `language` (after an optional preamble). */
+export const code = (language: string, source: string, options?: { readonly preamble?: string; readonly usage?: ModelReply.Usage }): ModelReply.ModelReply =>
+  text(`${options?.preamble === undefined ? "" : `${options.preamble}\n`}\`\`\`${language}\n${source}\n\`\`\``, options?.usage)
+
+const countAssistants = (messages: ReadonlyArray<Message.Message>, from: number): number => {
+  let n = 0
+  for (let i = from; i < messages.length; i++) if (messages[i]!._tag === "Assistant") n++
+  return n
+}
+
+const fillIds = (reply: ModelReply.ModelReply, step: number): ModelReply.ModelReply => {
+  if (!reply.toolCalls.some((call) => call.id === "")) return reply
+  return { ...reply, toolCalls: reply.toolCalls.map((call, i) => (call.id === "" ? { ...call, id: `call_s${step}_${i}` } : call)) }
+}
+
+/** Makes a scripted model. */
+export const make = (script: Script, options: Options = {}): Effect.Effect<ScriptedModel> =>
+  Effect.sync(() => {
+    // Requests are kept as (messages array, length): the loop only appends, so the prefix is the
+    // request as it was; copies are made when `requests` is read, never on the hot path.
+    const seen: Array<{ readonly call: Call; readonly request: ModelClient.ModelRequest; readonly length: number }> = []
+    const failuresLeft = (options.failures ?? []).map((failure) => failure.times)
+    const attemptsByStep = new Map<number, number>()
+    let calls = 0
+    let interruptions = 0
+    let lastMessages: ReadonlyArray<Message.Message> | undefined
+    let lastLength = 0
+    let lastAssistants = 0
+    const latency = options.latency === undefined ? undefined : Duration.decode(options.latency)
+
+    const stepOf = (messages: ReadonlyArray<Message.Message>): number => {
+      if (messages === lastMessages && messages.length >= lastLength) {
+        lastAssistants += countAssistants(messages, lastLength)
+      } else {
+        lastAssistants = countAssistants(messages, 0)
+      }
+      lastMessages = messages
+      lastLength = messages.length
+      return lastAssistants
+    }
+
+    const reply = (request: ModelClient.ModelRequest, call: Call): Effect.Effect<ModelReply.ModelReply, ModelError> => {
+      const failures = options.failures ?? []
+      for (let i = 0; i < failures.length; i++) {
+        const failure = failures[i]!
+        if ((failure.step === undefined || failure.step === call.step) && failuresLeft[i]! > 0) {
+          failuresLeft[i] = failuresLeft[i]! - 1
+          return Effect.fail(
+            new ModelError({
+              retryable: failure.retryable,
+              message: failure.message ?? `scripted failure at step ${call.step} (call ${call.call})`,
+              ...(failure.status === undefined ? {} : { status: failure.status })
+            })
+          )
+        }
+      }
+      const scripted: Effect.Effect<Scripted, ModelError> = typeof script === "function"
+        ? Effect.suspend(() => {
+            const out = script(request, call)
+            return Effect.isEffect(out) ? out : Effect.succeed(out)
+          })
+        : call.step < script.length
+        ? Effect.succeed(script[call.step]!)
+        : Effect.dieMessage(`ScriptedModel: no reply scripted for step ${call.step} (the script has ${script.length})`)
+      return Effect.map(scripted, (out) => fillIds(typeof out === "string" ? text(out, options.usage) : out, call.step))
+    }
+
+    const generate = (request: ModelClient.ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> =>
+      Effect.suspend(() => {
+        const step = stepOf(request.messages)
+        const attempt = attemptsByStep.get(step) ?? 0
+        attemptsByStep.set(step, attempt + 1)
+        const call: Call = { step, call: calls, attempt }
+        calls += 1
+        seen.push({ call, request, length: request.messages.length })
+        let effect = reply(request, call)
+        if (options.onCall !== undefined) effect = Effect.zipRight(options.onCall(call, request), effect)
+        if (latency !== undefined) effect = Effect.zipRight(Effect.sleep(latency), effect)
+        return Effect.onInterrupt(effect, () =>
+          Effect.sync(() => {
+            interruptions += 1
+          }))
+      })
+
+    const client = ModelClient.make(generate)
+    return {
+      client,
+      layer: Layer.succeed(ModelClient.ModelClient, client),
+      requests: Effect.sync(() =>
+        seen.map(({ call, length, request }) => ({
+          call,
+          request: { ...request, messages: request.messages.slice(0, length) }
+        }))
+      ),
+      calls: Effect.sync(() => calls),
+      interruptions: Effect.sync(() => interruptions)
+    }
+  })
+
+/** A scripted model as a layer (when the test does not need to inspect it). */
+export const layer = (script: Script, options?: Options): Layer.Layer<ModelClient.ModelClient> =>
+  Layer.unwrapEffect(Effect.map(make(script, options), (model) => model.layer))
+
+/** A model that must not be called: calling it is a defect (it proves a code path calls nothing). */
+export const unreachable: Layer.Layer<ModelClient.ModelClient> = ModelClient.layer(() =>
+  Effect.dieMessage("ScriptedModel.unreachable: the model was called")
+)
