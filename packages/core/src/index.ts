@@ -20,6 +20,11 @@ export * as ActionExecutor from "./ActionExecutor.js"
 export * as ActionOutcome from "./ActionOutcome.js"
 
 /**
+ * The loop (SPEC §7–§9): `Agent.run` runs an agent on a task, durably. Idempotent by run id: a fresh id starts, a started and unfinished one resumes where it stopped, a finished one returns its recorded result without calling anything.
+ */
+export * as Agent from "./Agent.js"
+
+/**
  * An agent: everything that decides what the model sees (all in the snapshot) plus the model retry policy (not in the snapshot: it changes nothing the model sees).
  */
 export * as AgentDefinition from "./AgentDefinition.js"
@@ -28,6 +33,11 @@ export * as AgentDefinition from "./AgentDefinition.js"
  * The four budget items (the seeds: "budget is four items, not two counters").
  */
 export * as Budget from "./Budget.js"
+
+/**
+ * The decision parser for agents that act by writing code (dissect's case, SPEC §10): the action is the one fenced code block of the configured language in the reply text.
+ */
+export * as CodeBlockParser from "./CodeBlockParser.js"
 
 /**
  * The decision parser port: reads a decision out of a model reply.
@@ -48,6 +58,11 @@ export * as EventSink from "./EventSink.js"
  * Identifiers: the caller-chosen run id, step indices and result ids.
  */
 export * as Ids from "./Ids.js"
+
+/**
+ * The decision parser for tool calls written as JSON in the reply text (GovDoc's case, SPEC §10): finds exactly one JSON object in free text (prose around it and a ```json code fence are tolerated) and reads a tool call or a final answer out of it.
+ */
+export * as JsonActionParser from "./JsonActionParser.js"
 
 /**
  * Events the loop emits through the `EventSink` while a run goes on. `ActionExecuted` carries the executor's own observation for audit (it never enters history when synthetic).
@@ -75,6 +90,11 @@ export * as ModelReply from "./ModelReply.js"
 export * as ModelSettings from "./ModelSettings.js"
 
 /**
+ * The decision parser for models with native tool calling (SPEC §10): the decision is read from `reply.toolCalls`, not from the text.
+ */
+export * as NativeToolCallParser from "./NativeToolCallParser.js"
+
+/**
  * The decision a `DecisionParser` reads out of a model reply.
  */
 export * as ParsedReply from "./ParsedReply.js"
@@ -88,6 +108,11 @@ export * as RunLog from "./RunLog.js"
  * The run log store port (SPEC §7), split into the loop-facing service and a small backend that adapters implement. `make(backend)` adds record encoding, decoding and the sequence checks once, for every backend.
  */
 export * as RunLogStore from "./RunLogStore.js"
+
+/**
+ * The snapshot of a run (SPEC §8): everything the model can see or that decides what it sees, as canonical JSON (sorted keys, no whitespace) with its SHA-256. `RunStarted` records it; a resume computes it again and refuses to continue under another configuration.
+ */
+export * as Snapshot from "./Snapshot.js"
 
 /**
  * Why a run stopped. A run that broke never looks like a run that ran out of budget.
