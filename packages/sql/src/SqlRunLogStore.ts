@@ -1,0 +1,470 @@
+/**
+ * The durable run log store on `@effect/sql` (SPEC §7): one backend over `SqlClient` for every
+ * dialect, plugged into `RunLogStore.make`, with SQLite (`layerSqlite`, the embedded default) as
+ * the first dialect.
+ *
+ * Storage (see `internal/migrations/`):
+ * - `polyloop_records(run_id, seq, kind, step, payload)`: append-only, one row per record, the
+ *   record's JSON encoded with the record Schemas. `PRIMARY KEY (run_id, seq)` makes the database
+ *   reject a duplicate sequence number; a gap is rejected by a compare-and-set on the run's
+ *   `next_seq` in the same transaction. Either becomes `ConcurrentWriter`.
+ * - `polyloop_runs`: one summary row per run, inserted with `RunStarted` and updated in the same
+ *   transaction as each append (constant work per step, earlier records are never rewritten), so
+ *   `listRuns` is one query.
+ * - `polyloop_claims(run_id, owner, expires_at)`: leases. A claim inserts a row (a random owner
+ *   id per process and claim), a heartbeat fiber renews it while the claim's scope is open, and
+ *   closing the scope deletes it. The lease of a process that died expires and can be taken.
+ * - `polyloop_migrations`: `@effect/sql`'s `Migrator` table. A database whose schema is newer
+ *   than this code is refused with `StoreError { reason: "SchemaVersion" }`.
+ *
+ * Every append is one transaction whose first statement is a write (so SQLite takes the write
+ * lock before reading, and the busy timeout applies); `completeStep`'s two records commit
+ * together or not at all. Driver failures become `StoreError`s with the path and a reason
+ * (`Unavailable` for a locked or unreachable database, `ReadOnly`, `DiskFull`, `Corrupt`, …).
+ * One caveat comes from `@effect/sql` itself: a failing `COMMIT` statement is a defect there,
+ * not a typed error (the transaction is not applied either way).
+ *
+ * @since 0.1.0
+ */
+import * as Reactivity from "@effect/experimental/Reactivity"
+import * as Migrator from "@effect/sql/Migrator"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
+import { ConcurrentWriter, RunBusy, StoreError } from "@polyloop/core/Errors"
+import type { RunId } from "@polyloop/core/Ids"
+import { totalTokens } from "@polyloop/core/ModelReply"
+import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import { StopReason } from "@polyloop/core/StopReason"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Random from "effect/Random"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as os from "node:os"
+import { isUniqueViolation, storeError } from "./internal/errors.js"
+import * as SqliteMigrations from "./internal/migrations/sqlite.js"
+import { probe } from "./internal/sqliteFile.js"
+
+/** Where a fault can be injected inside an append's transaction. */
+export type FaultStage = "BetweenRecords" | "BeforeCommit"
+
+/**
+ * A hook called inside an append's transaction, for tests of atomicity: `"BetweenRecords"`
+ * after the first record of a multi-record append (`completeStep`) is inserted and before the
+ * second, `"BeforeCommit"` after every write and before the commit. Failing (or killing the
+ * process) there must leave none of the append's records visible.
+ */
+export type FaultPoint = (stage: FaultStage, runId: RunId) => Effect.Effect<void, StoreError>
+
+/** Options of the SQL backend, for every dialect. */
+export interface Options {
+  /** Where the store lives, named in every `StoreError` (`layerSqlite` sets the filename). */
+  readonly path?: string
+  /** How long a claim lasts without renewal; a dead owner's claim is free after it. Default 30 seconds. */
+  readonly leaseDuration?: Duration.DurationInput
+  /** How often a held claim is renewed. Default a third of `leaseDuration`. */
+  readonly heartbeatInterval?: Duration.DurationInput
+  /** A fault injection hook inside each append's transaction (tests only). */
+  readonly faultPoint?: FaultPoint
+}
+
+/**
+ * Options of the SQLite store.
+ *
+ * `synchronous` chooses what a returned write survives:
+ * - `"FULL"` (default): each commit waits for the write-ahead log to reach the disk (`fsync`), so
+ *   a returned write survives a killed process, an OS crash and a power loss. Cost: one `fsync`
+ *   per transaction, two per step (the reply, then the step's completion) — from well under a
+ *   millisecond on an SSD with a write cache to several milliseconds on slower disks.
+ * - `"NORMAL"`: commits reach the OS but are synced only at checkpoints, so a returned write
+ *   survives a killed process (`kill -9`), but the last transactions before a power loss or OS
+ *   crash may be rolled back (the file stays consistent; the run resumes from an earlier step and
+ *   may re-run a `"Never"` action whose result was lost). Faster: no `fsync` per step.
+ *
+ * `busyTimeout` is how long a write waits for another connection's write lock before failing
+ * with `StoreError { reason: "Unavailable" }`. Default 5 seconds.
+ */
+export interface SqliteOptions extends Omit<Options, "path"> {
+  readonly filename: string
+  readonly synchronous?: "FULL" | "NORMAL"
+  readonly busyTimeout?: Duration.DurationInput
+}
+
+/** The `Migrator` table that records the applied schema versions. */
+export const migrationsTable = "polyloop_migrations"
+
+/** The migrations of a dialect (`<id>_<name>` → effect); `StoreError` for a dialect without them. */
+export const migrationsFor = (
+  sql: SqlClient.SqlClient
+): Effect.Effect<Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>>, StoreError> =>
+  sql.onDialectOrElse({
+    sqlite: () => Effect.succeed(SqliteMigrations.migrations),
+    orElse: () =>
+      Effect.fail(
+        new StoreError({ reason: "SchemaVersion", message: "@polyloop/sql has no migrations for this SQL dialect" })
+      )
+  })
+
+/** The newest schema version among migrations keyed `<id>_<name>`. */
+export const latestVersion = (migrations: Record<string, unknown>): number =>
+  Object.keys(migrations).reduce((max, key) => Math.max(max, Number(/^(\d+)_/.exec(key)?.[1] ?? 0)), 0)
+
+class MigrationPending extends Data.TaggedError("MigrationPending")<{ readonly current: number; readonly latest: number }> {}
+
+const runMigrator = Migrator.make({})
+
+/**
+ * Brings the database's schema up to date with `@effect/sql`'s `Migrator`: creates it in a fresh
+ * database, applies the missing migrations to an older one, and refuses one that is newer than
+ * this code with `StoreError { reason: "SchemaVersion" }`. Waits while another process is
+ * migrating the same database. Returns the migrations it applied.
+ */
+export const migrate = (
+  options: { readonly path?: string } = {}
+): Effect.Effect<ReadonlyArray<readonly [id: number, name: string]>, StoreError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const migrations = yield* migrationsFor(sql)
+    const latest = latestVersion(migrations)
+    const context = { operation: "migrating the schema", path: options.path }
+    const once = Effect.gen(function*() {
+      const applied = yield* runMigrator({ loader: Migrator.fromRecord(migrations), table: migrationsTable }).pipe(
+        Effect.catchTags({
+          SqlError: (error) => Effect.fail(storeError(error, context)),
+          MigrationError: (error) => Effect.fail(storeError(error, context, "SchemaVersion"))
+        })
+      )
+      const rows = yield* sql<{ readonly version: unknown }>`SELECT max(migration_id) AS version FROM ${sql(migrationsTable)}`.pipe(
+        Effect.mapError((error) => storeError(error, context))
+      )
+      const current = Number(rows[0]?.version ?? 0)
+      if (current > latest) {
+        return yield* new StoreError({
+          reason: "SchemaVersion",
+          message: `the store${options.path === undefined ? "" : ` ${options.path}`} has schema version ${current}, newer than this @polyloop/sql (version ${latest}); refusing to use it — upgrade @polyloop/sql`,
+          ...(options.path === undefined ? {} : { path: options.path })
+        })
+      }
+      if (current < latest) return yield* new MigrationPending({ current, latest })
+      return applied
+    })
+    return yield* once.pipe(
+      Effect.retry({
+        schedule: Schedule.spaced(Duration.millis(100)),
+        times: 100,
+        while: (error) => error._tag === "MigrationPending"
+      }),
+      Effect.catchTag("MigrationPending", (pending) =>
+        Effect.fail(
+          new StoreError({
+            reason: "Unavailable",
+            message: `the schema stays at version ${pending.current} (expected ${pending.latest}): another process is migrating it or failed to`,
+            ...(options.path === undefined ? {} : { path: options.path })
+          })
+        ))
+    )
+  }).pipe(Effect.withSpan("SqlRunLogStore.migrate"))
+
+class SeqConflict extends Data.TaggedError("SeqConflict")<{}> {}
+
+const Numeric = Schema.Union(Schema.Number, Schema.NumberFromString)
+
+const SummaryRow = Schema.Struct({
+  run_id: Schema.String,
+  agent: Schema.String,
+  status: RunLogStore.RunStatus,
+  stop_reason: Schema.NullOr(Schema.parseJson(StopReason)),
+  steps: Numeric,
+  effective_steps: Numeric,
+  tokens: Numeric,
+  started_at: Numeric,
+  finished_at: Schema.NullOr(Numeric),
+  elapsed: Numeric
+})
+
+const decodeSummaryRows = Schema.decodeUnknown(Schema.Array(SummaryRow))
+const encodeStopReason = Schema.encode(Schema.parseJson(StopReason))
+
+const stepOf = (record: RunLog.RunRecord): number | null => {
+  switch (record._tag) {
+    case "ModelReplied":
+    case "ActionResulted":
+    case "StepCompleted":
+      return record.step
+    case "RunResumed":
+      return record.fromStep
+    default:
+      return null
+  }
+}
+
+/** What an append adds to the run's summary row. */
+const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>) => {
+  let steps = 0
+  let effectiveSteps = 0
+  let tokens = 0
+  let elapsed = 0
+  let finished: RunLog.RunFinished | undefined
+  for (const { record } of records) {
+    switch (record._tag) {
+      case "ModelReplied":
+        tokens += totalTokens(record.reply.usage)
+        break
+      case "ActionResulted":
+        if (record.outcome.status === "Executed") effectiveSteps++
+        break
+      case "StepCompleted":
+        steps++
+        elapsed += record.elapsed
+        break
+      case "RunFinished":
+        finished = record
+        break
+      default:
+        break
+    }
+  }
+  return { steps, effectiveSteps, tokens, elapsed, finished }
+}
+
+let claimCounter = 0
+
+/**
+ * The SQL backend of `RunLogStore` over the `SqlClient` in context (any dialect whose schema
+ * `migrate` has created). Most users want `layerSqlite` or `layer`.
+ */
+export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backend, never, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const path = options.path
+    const leaseMillis = Duration.toMillis(Duration.decode(options.leaseDuration ?? Duration.seconds(30)))
+    const heartbeat = options.heartbeatInterval === undefined
+      ? Duration.millis(Math.max(1, Math.floor(leaseMillis / 3)))
+      : Duration.decode(options.heartbeatInterval)
+    const fault: FaultPoint = options.faultPoint ?? (() => Effect.void)
+    const failWith = (operation: string, runId?: string) => (error: SqlError) => storeError(error, { operation, path, runId })
+
+    const nextSeq = (runId: RunId) =>
+      sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`.pipe(
+        Effect.map((rows) => Number(rows[0]?.next_seq ?? 0)),
+        Effect.mapError(failWith("reading the run's next sequence number", runId))
+      )
+
+    const conflict = (runId: RunId, actualSeq: number) =>
+      Effect.flatMap(nextSeq(runId), (expectedSeq) => Effect.fail(new ConcurrentWriter({ runId, expectedSeq, actualSeq })))
+
+    const read: RunLogStore.Backend["read"] = (runId) =>
+      sql<{ readonly payload: unknown }>`SELECT payload FROM polyloop_records WHERE run_id = ${runId} ORDER BY seq`.pipe(
+        Effect.mapError(failWith("reading the log", runId)),
+        Effect.flatMap((rows) => {
+          const texts: Array<string> = []
+          for (const row of rows) {
+            if (typeof row.payload !== "string") {
+              return Effect.fail(
+                new StoreError({
+                  reason: "Corrupt",
+                  runId,
+                  ...(path === undefined ? {} : { path }),
+                  message: `run ${runId}: record ${texts.length} is not stored as text`
+                })
+              )
+            }
+            texts.push(row.payload)
+          }
+          return Effect.succeed(texts)
+        }),
+        Effect.withSpan("SqlRunLogStore.read", { attributes: { runId } })
+      )
+
+    const append: RunLogStore.Backend["append"] = (runId, records) =>
+      Effect.gen(function*() {
+        const first = records[0]
+        // Sequence 0 is the RunStarted record and nothing else.
+        if ((first.seq === 0) !== (first.kind === "RunStarted")) return yield* conflict(runId, first.seq)
+        const delta = summaryDelta(records)
+        let finishing = sql``
+        if (delta.finished !== undefined) {
+          const stopReason = yield* encodeStopReason(delta.finished.stopReason).pipe(
+            Effect.mapError((cause) =>
+              new StoreError({ reason: "Encode", runId, message: `run ${runId}: the stop reason does not encode`, cause })
+            )
+          )
+          finishing = sql`, status = ${"Finished"}, stop_reason = ${stopReason}, finished_at = ${delta.finished.finishedAt}`
+        }
+        const unique = <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, SqlError | SeqConflict> =>
+          Effect.catchTag(
+            effect,
+            "SqlError",
+            (error): Effect.Effect<never, SqlError | SeqConflict> =>
+              isUniqueViolation(error) ? Effect.fail(new SeqConflict()) : Effect.fail(error)
+          )
+        const end = first.seq + records.length
+
+        const transaction = Effect.gen(function*() {
+          for (let i = 0; i < records.length; i++) {
+            const stored = records[i]!
+            if (i > 0) yield* fault("BetweenRecords", runId)
+            yield* unique(
+              sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${runId}, ${stored.seq}, ${stored.kind}, ${
+                stepOf(stored.record)
+              }, ${stored.json})`
+            )
+          }
+          if (first.record._tag === "RunStarted") {
+            const summary = RunLogStore.summarize(RunLog.fromRecords([first.record]))
+            const agent = Option.match(summary, { onNone: () => "?", onSome: (s) => s.agent })
+            yield* unique(
+              sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq) VALUES (${runId}, ${agent}, ${"Unfinished"}, NULL, 0, 0, 0, ${first.record.startedAt}, NULL, 0, 0)`
+            )
+          }
+          // Compare-and-set on the run's next sequence number: a gap (or a record for a run
+          // that was never started) leaves next_seq unchanged and is rejected below.
+          yield* sql`UPDATE polyloop_runs SET next_seq = ${end}, steps = steps + ${delta.steps}, effective_steps = effective_steps + ${delta.effectiveSteps}, tokens = tokens + ${delta.tokens}, elapsed = elapsed + ${delta.elapsed}${finishing} WHERE run_id = ${runId} AND next_seq = ${first.seq}`
+          const check = yield* sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`
+          if (Number(check[0]?.next_seq ?? -1) !== end) return yield* new SeqConflict()
+          yield* fault("BeforeCommit", runId)
+        })
+
+        return yield* sql.withTransaction(transaction).pipe(
+          Effect.catchTags({
+            SeqConflict: () => conflict(runId, first.seq),
+            SqlError: (error) => Effect.fail(failWith("appending to the log", runId)(error))
+          })
+        )
+      }).pipe(Effect.withSpan("SqlRunLogStore.append", { attributes: { runId, records: records.length } }))
+
+    const listRuns: RunLogStore.Backend["listRuns"] = (query) =>
+      Effect.gen(function*() {
+        const where = query.status === undefined ? sql`` : sql`WHERE status = ${query.status}`
+        const limit = query.limit === undefined ? sql`` : sql`LIMIT ${Math.max(0, Math.floor(query.limit))}`
+        const rows = yield* sql`SELECT run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed FROM polyloop_runs ${where} ORDER BY started_at DESC, run_id ASC ${limit}`.pipe(
+          Effect.mapError(failWith("listing runs"))
+        )
+        const decoded = yield* decodeSummaryRows(rows).pipe(
+          Effect.mapError((error) =>
+            new StoreError({
+              reason: "Decode",
+              ...(path === undefined ? {} : { path }),
+              message: `a run summary does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+            })
+          )
+        )
+        return decoded.map((row): RunLogStore.RunSummary => ({
+          runId: row.run_id,
+          agent: row.agent,
+          status: row.status,
+          stopReason: Option.fromNullable(row.stop_reason),
+          steps: row.steps,
+          effectiveSteps: row.effective_steps,
+          tokens: row.tokens,
+          startedAt: row.started_at,
+          finishedAt: Option.fromNullable(row.finished_at),
+          elapsed: row.elapsed
+        }))
+      }).pipe(Effect.withSpan("SqlRunLogStore.listRuns"))
+
+    const takeLease = (runId: RunId, owner: string) =>
+      sql.withTransaction(
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          // A write first, so SQLite takes the write lock before it reads.
+          yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND expires_at <= ${now}`
+          yield* sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${runId}, ${owner}, ${now + leaseMillis}) ON CONFLICT DO NOTHING`
+          const rows = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
+          return rows[0]?.owner
+        })
+      ).pipe(
+        Effect.mapError(failWith("claiming the run", runId)),
+        Effect.flatMap((holder) => holder === owner ? Effect.void : Effect.fail(new RunBusy({ runId, ...(holder === undefined ? {} : { owner: holder }) })))
+      )
+
+    const renewLease = (runId: RunId, owner: string) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        yield* sql`UPDATE polyloop_claims SET expires_at = ${now + leaseMillis} WHERE run_id = ${runId} AND owner = ${owner}`
+        const rows = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
+        if (rows[0]?.owner !== owner) {
+          yield* Effect.logWarning(
+            `run ${runId}: the claim's lease was lost (now held by ${rows[0]?.owner ?? "nobody"}); another writer may take over`
+          )
+        }
+      }).pipe(
+        Effect.catchTag("SqlError", (error) =>
+          Effect.logWarning(`run ${runId}: renewing the claim failed; retrying`, failWith("renewing the claim", runId)(error)))
+      )
+
+    const releaseLease = (runId: RunId, owner: string) =>
+      sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND owner = ${owner}`.pipe(
+        Effect.asVoid,
+        Effect.catchTag("SqlError", (error) =>
+          Effect.logWarning(
+            `run ${runId}: releasing the claim failed; it expires by itself`,
+            failWith("releasing the claim", runId)(error)
+          ))
+      )
+
+    const claim: RunLogStore.Backend["claim"] = (runId) =>
+      Effect.gen(function*() {
+        const random = yield* Random.nextIntBetween(0, 0x7fffffff)
+        const owner = `${os.hostname()}:${process.pid}:${++claimCounter}:${random.toString(36)}`
+        yield* Effect.acquireRelease(takeLease(runId, owner), () => releaseLease(runId, owner))
+        yield* Effect.sleep(heartbeat).pipe(
+          Effect.zipRight(renewLease(runId, owner)),
+          Effect.forever,
+          Effect.forkScoped
+        )
+      }).pipe(Effect.withSpan("SqlRunLogStore.claim", { attributes: { runId } }))
+
+    return { read, append, listRuns, claim } satisfies RunLogStore.Backend
+  })
+
+/** The loop-facing store over the SQL backend (`RunLogStore.make(backend)`); the schema must exist. */
+export const make = (options: Options = {}): Effect.Effect<RunLogStore.RunLogStore.Service, never, SqlClient.SqlClient> =>
+  Effect.map(backend(options), RunLogStore.make)
+
+/** The store over the `SqlClient` in context: migrates the schema, then builds the store. */
+export const layer = (options: Options = {}): Layer.Layer<RunLogStore.RunLogStore, StoreError, SqlClient.SqlClient> =>
+  Layer.effect(
+    RunLogStore.RunLogStore,
+    Effect.zipRight(migrate(options.path === undefined ? {} : { path: options.path }), make(options))
+  )
+
+const busyTimeoutMillis = (options: { readonly busyTimeout?: Duration.DurationInput }): number =>
+  Math.max(0, Math.floor(Duration.toMillis(Duration.decode(options.busyTimeout ?? Duration.seconds(5)))))
+
+/**
+ * A SQLite client on `filename` set up for the store: the file is opened and checked first (a
+ * file that is not a database, a read-only directory or a missing directory fail with a typed
+ * `StoreError` naming the path), then WAL, `synchronous` and the busy timeout are set.
+ */
+export const layerSqliteClient = (
+  options: Pick<SqliteOptions, "filename" | "synchronous" | "busyTimeout">
+): Layer.Layer<SqliteClient.SqliteClient | SqlClient.SqlClient, StoreError> =>
+  Layer.scopedContext(
+    Effect.gen(function*() {
+      const timeout = busyTimeoutMillis(options)
+      yield* probe(options.filename, timeout)
+      const client = yield* SqliteClient.make({ filename: options.filename })
+      const synchronous = options.synchronous ?? "FULL"
+      yield* client.unsafe(`PRAGMA busy_timeout = ${timeout}`).pipe(
+        Effect.zipRight(client.unsafe(`PRAGMA synchronous = ${synchronous === "NORMAL" ? "NORMAL" : "FULL"}`)),
+        Effect.mapError((error) => storeError(error, { operation: "configuring the SQLite store", path: options.filename }))
+      )
+      return Context.make(SqliteClient.SqliteClient, client).pipe(Context.add(SqlClient.SqlClient, client))
+    })
+  ).pipe(Layer.provide(Reactivity.layer))
+
+/**
+ * The embedded default store: a SQLite file in WAL mode with `synchronous=FULL` (see
+ * `SqliteOptions` for `NORMAL` and its cost), a busy timeout, and migrations applied.
+ */
+export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> =>
+  layer({ ...options, path: options.filename }).pipe(Layer.provide(layerSqliteClient(options)))

@@ -1,0 +1,122 @@
+/**
+ * Turns driver failures into `StoreError`s. The drivers report what went wrong in an error
+ * `code`: better-sqlite3 uses SQLite's extended result codes (`SQLITE_BUSY`,
+ * `SQLITE_CONSTRAINT_PRIMARYKEY`, …), node-postgres uses SQLSTATE (`23505`, `53100`, …). Both
+ * are classified here so the store itself stays dialect-neutral.
+ *
+ * @internal
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { StoreError, type StoreErrorReason } from "@polyloop/core/Errors"
+
+/** What a driver failure means for the store. */
+export type Classified =
+  | { readonly _tag: "UniqueViolation"; readonly code: string }
+  | { readonly _tag: "Store"; readonly reason: StoreErrorReason; readonly code: string | undefined }
+
+const codeOf = (cause: unknown): string | undefined => {
+  if (typeof cause === "object" && cause !== null && "code" in cause) {
+    const code = (cause as { readonly code: unknown }).code
+    if (typeof code === "string") return code
+  }
+  return undefined
+}
+
+const messageOf = (cause: unknown): string => {
+  if (cause instanceof Error) return cause.message
+  if (typeof cause === "object" && cause !== null && "message" in cause) {
+    const message = (cause as { readonly message: unknown }).message
+    if (typeof message === "string") return message
+  }
+  return String(cause)
+}
+
+/** The innermost driver error: `SqlError` wraps the driver's own error in `cause`. */
+export const driverCause = (error: unknown): unknown => {
+  let current = error
+  for (let depth = 0; depth < 4; depth++) {
+    if (codeOf(current) !== undefined) return current
+    if (typeof current === "object" && current !== null && "cause" in current) {
+      const next = (current as { readonly cause: unknown }).cause
+      if (next === undefined || next === null) return current
+      current = next
+    } else {
+      return current
+    }
+  }
+  return current
+}
+
+const sqliteReason = (code: string): StoreErrorReason | "UniqueViolation" => {
+  if (code === "SQLITE_CONSTRAINT_PRIMARYKEY" || code === "SQLITE_CONSTRAINT_UNIQUE") return "UniqueViolation"
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED")) return "Unavailable"
+  if (code.startsWith("SQLITE_READONLY") || code === "SQLITE_PERM" || code === "SQLITE_AUTH") return "ReadOnly"
+  if (code === "SQLITE_FULL") return "DiskFull"
+  if (code === "SQLITE_NOTADB" || code.startsWith("SQLITE_CORRUPT")) return "Corrupt"
+  if (code.startsWith("SQLITE_CANTOPEN") || code.startsWith("SQLITE_IOERR") || code === "SQLITE_PROTOCOL") {
+    return "Unavailable"
+  }
+  return "Unknown"
+}
+
+const pgReason = (code: string): StoreErrorReason | "UniqueViolation" => {
+  if (code === "23505") return "UniqueViolation"
+  if (code === "53100") return "DiskFull"
+  if (code === "25006") return "ReadOnly"
+  if (code === "XX001" || code === "XX002") return "Corrupt"
+  // connection exceptions, insufficient resources, operator intervention, serialization/deadlock
+  if (code.startsWith("08") || code.startsWith("53") || code.startsWith("57") || code.startsWith("40")) return "Unavailable"
+  if (code === "55P03") return "Unavailable" // lock not available
+  if (code === "42P01") return "SchemaVersion" // undefined table: the schema is not the one this code expects
+  return "Unknown"
+}
+
+/** Classifies a driver failure by its code. */
+export const classify = (error: unknown): Classified => {
+  const code = codeOf(driverCause(error))
+  if (code === undefined) return { _tag: "Store", reason: "Unknown", code }
+  const reason = code.startsWith("SQLITE_") ? sqliteReason(code) : /^[0-9A-Z]{5}$/.test(code) ? pgReason(code) : "Unknown"
+  return reason === "UniqueViolation" ? { _tag: "UniqueViolation", code } : { _tag: "Store", reason, code }
+}
+
+/** Is this failure a violated uniqueness constraint? */
+export const isUniqueViolation = (error: SqlError): boolean => classify(error)._tag === "UniqueViolation"
+
+const describe: Record<StoreErrorReason, string> = {
+  Unavailable: "the database is unavailable (locked, busy or cannot be opened)",
+  Corrupt: "the file is not a valid database or is corrupted",
+  ReadOnly: "the database or its directory is read-only",
+  DiskFull: "the database or disk is full",
+  SchemaVersion: "the database schema is not the one this code expects",
+  Decode: "a stored value does not decode",
+  Encode: "a value does not encode",
+  Unknown: "the database failed"
+}
+
+/** Where a failure happened, for the message. */
+export interface ErrorContext {
+  readonly operation: string
+  readonly path?: string | undefined
+  readonly runId?: string | undefined
+}
+
+/** Builds a `StoreError` with the path, the reason and the driver's own words. */
+export const storeError = (
+  error: unknown,
+  context: ErrorContext,
+  reasonOverride?: StoreErrorReason
+): StoreError => {
+  const classified = classify(error)
+  const reason: StoreErrorReason = reasonOverride ?? (classified._tag === "Store" ? classified.reason : "Unknown")
+  const cause = driverCause(error)
+  const code = codeOf(cause)
+  const where = context.path === undefined ? "" : ` (${context.path})`
+  const run = context.runId === undefined ? "" : ` for run ${context.runId}`
+  return new StoreError({
+    reason,
+    message: `${context.operation}${run} failed${where}: ${describe[reason]}: ${messageOf(cause)}${code === undefined ? "" : ` [${code}]`}`,
+    ...(context.path === undefined ? {} : { path: context.path }),
+    ...(context.runId === undefined ? {} : { runId: context.runId }),
+    cause: error
+  })
+}

@@ -1,0 +1,78 @@
+/**
+ * Opening a SQLite file safely. `@effect/sql-sqlite-node` opens the file while building its
+ * client and lets a failure there (not a database, a read-only directory, a missing directory)
+ * escape as a defect. The store opens the file once first, here, so that each of those becomes
+ * a typed `StoreError` with the path and the reason before the client is built.
+ *
+ * @internal
+ */
+import type { StoreError } from "@polyloop/core/Errors"
+import * as Effect from "effect/Effect"
+import * as fs from "node:fs"
+import { createRequire } from "node:module"
+import * as path from "node:path"
+import { storeError } from "./errors.js"
+
+/** The part of better-sqlite3's `Database` the probe uses. */
+interface Database {
+  pragma(source: string, options?: { readonly simple?: boolean }): unknown
+  close(): void
+}
+
+type DatabaseConstructor = new (
+  filename: string,
+  options?: { readonly timeout?: number; readonly readonly?: boolean; readonly fileMustExist?: boolean }
+) => Database
+
+const require = createRequire(import.meta.url)
+const Sqlite = require("better-sqlite3") as DatabaseConstructor
+
+const isMemory = (filename: string): boolean => filename === "" || filename === ":memory:" || filename.startsWith("file::memory:")
+
+const writable = (target: string): boolean => {
+  try {
+    fs.accessSync(target, fs.constants.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Why a file could not be opened, refined with what the file system says. */
+const openFailure = (filename: string, cause: unknown): StoreError => {
+  const context = { operation: "opening the SQLite store", path: filename }
+  const error = storeError(cause, context)
+  if (error.reason !== "Unavailable" || isMemory(filename)) return error
+  const directory = path.dirname(path.resolve(filename))
+  if (!fs.existsSync(directory)) {
+    return storeError(new Error(`the directory ${directory} does not exist`), context, "Unavailable")
+  }
+  if (fs.existsSync(filename) ? !writable(filename) || !writable(directory) : !writable(directory)) {
+    return storeError(cause, context, "ReadOnly")
+  }
+  return error
+}
+
+/**
+ * Opens the file, switches it to WAL (a persistent setting) and reads its header, then closes
+ * it: a file that is not a database, a directory or file that cannot be written, or a missing
+ * directory fails here with a typed error. Creates the file when it does not exist.
+ */
+export const probe = (filename: string, busyTimeoutMillis: number): Effect.Effect<void, StoreError> =>
+  Effect.try({
+    try: () => {
+      const db = new Sqlite(filename, { timeout: busyTimeoutMillis })
+      try {
+        const mode = db.pragma("journal_mode = WAL", { simple: true })
+        db.pragma("schema_version", { simple: true })
+        if (!isMemory(filename) && mode !== "wal") {
+          throw Object.assign(new Error(`cannot switch the journal to WAL (it stays "${String(mode)}")`), {
+            code: "SQLITE_READONLY"
+          })
+        }
+      } finally {
+        db.close()
+      }
+    },
+    catch: (cause) => openFailure(filename, cause)
+  })
