@@ -41,9 +41,13 @@ const source = "AiModelClient"
 
 /**
  * Applies a request's `ModelSettings` to the provider for one call, e.g.
- * `(effect, settings) => OpenAiLanguageModel.withConfigOverride(effect, { temperature: settings.temperature })`.
+ * `(effect, settings) => OpenAiLanguageModel.withConfigOverride(effect, { temperature: settings.temperature })`;
+ * fails with a (non-retryable) `ModelError` for a setting the provider cannot honour.
  */
-export type ApplySettings = <A, E, R>(effect: Effect.Effect<A, E, R>, settings: ModelSettings) => Effect.Effect<A, E, R>
+export type ApplySettings = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  settings: ModelSettings
+) => Effect.Effect<A, E | ModelError, R>
 
 /** Adapter options. */
 export interface Options {

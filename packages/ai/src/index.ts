@@ -13,3 +13,8 @@ export * as AiModelClient from "./AiModelClient.js"
  * A `ModelClient` for any server that speaks OpenAI's Chat Completions API — OpenAI itself, vLLM, Ollama, LM Studio, OpenRouter, llama.cpp — on `@effect/platform`'s `HttpClient`, configured in code (`layer`) or from `Config` (`layerConfig`: `POLYLOOP_MODEL`, `POLYLOOP_BASE_URL`, `POLYLOOP_API_KEY`, `POLYLOOP_TIMEOUT`).
  */
 export * as OpenAiCompatible from "./OpenAiCompatible.js"
+
+/**
+ * A `ModelClient` for OpenAI's Responses API (`POST <baseUrl>/responses`) through `@effect/ai-openai` (`OpenAiClient` + `OpenAiLanguageModel`) and `AiModelClient`: the `@effect/ai` provider route, with the request's `ModelSettings` applied per call (`model`, `temperature`, `topP`, `maxOutputTokens`; `extra` merged verbatim into the Responses request). `seed` and `stop` do not exist in the Responses API: a request that sets them fails with a non-retryable `ModelError` rather than running with them ignored.
+ */
+export * as OpenAiResponses from "./OpenAiResponses.js"

@@ -1,0 +1,86 @@
+/**
+ * A `ModelClient` for OpenAI's Responses API (`POST <baseUrl>/responses`) through
+ * `@effect/ai-openai` (`OpenAiClient` + `OpenAiLanguageModel`) and `AiModelClient`: the
+ * `@effect/ai` provider route, with the request's `ModelSettings` applied per call
+ * (`model`, `temperature`, `topP`, `maxOutputTokens`; `extra` merged verbatim into the
+ * Responses request). `seed` and `stop` do not exist in the Responses API: a request that sets
+ * them fails with a non-retryable `ModelError` rather than running with them ignored.
+ *
+ * For servers that speak only Chat Completions (vLLM, Ollama, LM Studio, most gateways), use
+ * `OpenAiCompatible`.
+ *
+ * @since 0.1.0
+ */
+import * as OpenAiClient from "@effect/ai-openai/OpenAiClient"
+import * as OpenAiLanguageModel from "@effect/ai-openai/OpenAiLanguageModel"
+import type * as HttpClient from "@effect/platform/HttpClient"
+import * as Config from "effect/Config"
+import type * as ConfigError from "effect/ConfigError"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+import { ModelError } from "@polyloop/core/Errors"
+import type { ModelClient } from "@polyloop/core/ModelClient"
+import * as AiModelClient from "./AiModelClient.js"
+import * as OpenAiCompatible from "./OpenAiCompatible.js"
+
+/** How to reach OpenAI (or a server that serves its Responses API). */
+export interface Options {
+  /** The model, unless the request's `ModelSettings.model` names one (the agent's setting wins). */
+  readonly model: string
+  /** The API root, without `/responses` (default `https://api.openai.com/v1`). */
+  readonly baseUrl?: string | undefined
+  /** Sent as `Authorization: Bearer …`. */
+  readonly apiKey?: Redacted.Redacted | undefined
+  /** Cut of one call (default 60 seconds); a cut is a retryable `ModelError`. */
+  readonly timeout?: Duration.DurationInput | undefined
+  /**
+   * Send tool schemas with OpenAI's `strict: true` (default false: strict mode rejects schemas
+   * with optional properties, which tool registries commonly derive).
+   */
+  readonly strict?: boolean | undefined
+}
+
+/** The same `POLYLOOP_*` variables as `OpenAiCompatible.config`. */
+export const config: Config.Config<Options> = Config.all({
+  model: Config.nonEmptyString("POLYLOOP_MODEL"),
+  baseUrl: Config.nonEmptyString("POLYLOOP_BASE_URL").pipe(Config.withDefault(OpenAiCompatible.defaultBaseUrl)),
+  apiKey: Config.option(Config.redacted("POLYLOOP_API_KEY")).pipe(Config.map(Option.getOrUndefined)),
+  timeout: Config.duration("POLYLOOP_TIMEOUT").pipe(Config.withDefault(OpenAiCompatible.defaultTimeout))
+})
+
+/** Applies `ModelSettings` to `OpenAiLanguageModel` for one call; refuses `seed` and `stop`. */
+export const applySettings: AiModelClient.ApplySettings = (effect, settings) => {
+  const unsupported = [
+    ...(settings.seed === undefined ? [] : ["seed"]),
+    ...(settings.stop === undefined ? [] : ["stop"])
+  ]
+  if (unsupported.length > 0) {
+    return new ModelError({
+      retryable: false,
+      message: `OpenAiResponses: the Responses API has no ${unsupported.join(" or ")} setting`
+    })
+  }
+  return OpenAiLanguageModel.withConfigOverride(effect, {
+    ...(settings.model === undefined ? {} : { model: settings.model }),
+    ...(settings.temperature === undefined ? {} : { temperature: settings.temperature }),
+    ...(settings.topP === undefined ? {} : { top_p: settings.topP }),
+    ...(settings.maxOutputTokens === undefined ? {} : { max_output_tokens: settings.maxOutputTokens }),
+    ...settings.extra
+  })
+}
+
+/** The `ModelClient` layer; needs an `HttpClient` (e.g. `NodeHttpClient.layerUndici`). */
+export const layer = (options: Options): Layer.Layer<ModelClient, never, HttpClient.HttpClient> =>
+  AiModelClient.layer({ applySettings, timeout: options.timeout ?? OpenAiCompatible.defaultTimeout }).pipe(
+    Layer.provide(OpenAiLanguageModel.layer({ model: options.model, config: { strict: options.strict ?? false } })),
+    Layer.provide(OpenAiClient.layer({ apiKey: options.apiKey, apiUrl: options.baseUrl ?? OpenAiCompatible.defaultBaseUrl }))
+  )
+
+/** The `ModelClient` layer configured from `Config` (by default the `POLYLOOP_*` variables). */
+export const layerConfig = (
+  options: Config.Config.Wrap<Options> = config
+): Layer.Layer<ModelClient, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(options), layer))
