@@ -1,0 +1,84 @@
+/**
+ * The PostgreSQL schema history, for `Migrator.fromRecord`: the same versions as the SQLite
+ * history (`sqlite.ts`), so one version number means one schema in every dialect. Keys are
+ * `<id>_<name>`; ids only grow. A released migration is never edited: a change is a new migration.
+ *
+ * - 1: the append-only record table (primary key `(run_id, seq)`: the database rejects a
+ *   duplicate sequence number) and the claim leases;
+ * - 2: one summary row per run, kept up to date in the same transaction as each append, so
+ *   `listRuns` is one query; existing runs are backfilled from their records.
+ *
+ * Records are stored as `text` (the exact JSON the record Schemas encode), not `jsonb`, so a log
+ * reads back byte for byte. Epoch milliseconds are `bigint` (claims) or `double precision`
+ * (timestamps that come from records, which are JSON numbers).
+ *
+ * @internal
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Effect from "effect/Effect"
+
+const createRecords = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE polyloop_records (
+  run_id text NOT NULL,
+  seq integer NOT NULL,
+  kind text NOT NULL,
+  step integer,
+  payload text NOT NULL,
+  PRIMARY KEY (run_id, seq)
+)`
+  yield* sql`CREATE TABLE polyloop_claims (
+  run_id text PRIMARY KEY,
+  owner text NOT NULL,
+  expires_at bigint NOT NULL
+)`
+})
+
+const runSummaries = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE polyloop_runs (
+  run_id text PRIMARY KEY,
+  agent text NOT NULL,
+  status text NOT NULL,
+  stop_reason text,
+  steps integer NOT NULL,
+  effective_steps integer NOT NULL,
+  tokens bigint NOT NULL,
+  started_at double precision NOT NULL,
+  finished_at double precision,
+  elapsed double precision NOT NULL,
+  next_seq integer NOT NULL
+)`
+  yield* sql`CREATE INDEX polyloop_runs_started_at ON polyloop_runs (started_at)`
+  // Backfill the runs written under schema 1 from their records (the encoded JSON of
+  // `@polyloop/core/RunLog`), with the same rules as `RunLogStore.summarize`.
+  yield* sql`INSERT INTO polyloop_runs
+  (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq)
+SELECT
+  s.run_id,
+  CASE WHEN jsonb_typeof(s.payload::jsonb #> '{snapshot,agent,name}') = 'string'
+    THEN s.payload::jsonb #>> '{snapshot,agent,name}' ELSE '?' END,
+  CASE WHEN f.payload IS NULL THEN 'Unfinished' ELSE 'Finished' END,
+  (f.payload::jsonb -> 'stopReason')::text,
+  (SELECT count(*) FROM polyloop_records r WHERE r.run_id = s.run_id AND r.kind = 'StepCompleted'),
+  (SELECT count(*) FROM polyloop_records r WHERE r.run_id = s.run_id AND r.kind = 'ActionResulted'
+    AND r.payload::jsonb #>> '{outcome,status}' = 'Executed'),
+  (SELECT coalesce(sum((r.payload::jsonb #>> '{reply,usage,inputTokens}')::bigint
+      + (r.payload::jsonb #>> '{reply,usage,outputTokens}')::bigint), 0)
+    FROM polyloop_records r WHERE r.run_id = s.run_id AND r.kind = 'ModelReplied'),
+  (s.payload::jsonb ->> 'startedAt')::double precision,
+  (f.payload::jsonb ->> 'finishedAt')::double precision,
+  (SELECT coalesce(sum((r.payload::jsonb ->> 'elapsed')::double precision), 0)
+    FROM polyloop_records r WHERE r.run_id = s.run_id AND r.kind = 'StepCompleted'),
+  (SELECT count(*) FROM polyloop_records r WHERE r.run_id = s.run_id)
+FROM polyloop_records s
+LEFT JOIN polyloop_records f ON f.run_id = s.run_id AND f.kind = 'RunFinished'
+WHERE s.kind = 'RunStarted'`
+})
+
+/** The PostgreSQL migrations, keyed `<id>_<name>` (the same versions as SQLite's). */
+export const migrations: Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>> = {
+  "1_create_records": createRecords,
+  "2_run_summaries": runSummaries
+}
