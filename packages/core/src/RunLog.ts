@@ -21,8 +21,8 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", {
   /** Canonical JSON value of the snapshot (SPEC §8). */
   snapshot: Schema.Unknown,
   snapshotHash: Schema.String,
-  /** Epoch milliseconds, from `Clock`. */
-  startedAt: Schema.Number
+  /** Epoch milliseconds, from `Clock` (finite: it must survive the JSON a store writes). */
+  startedAt: Schema.Finite
 })
 /** @since 0.1.0 */
 export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
@@ -63,7 +63,7 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
   decision: ParsedReply,
   resultId: Schema.NullOr(ResultId),
   usage: Usage,
-  elapsed: Schema.NonNegative
+  elapsed: Schema.NonNegative.pipe(Schema.finite())
 })
 /** @since 0.1.0 */
 export interface StepCompleted extends Schema.Schema.Type<typeof StepCompleted> {}
@@ -72,7 +72,7 @@ export interface StepCompleted extends Schema.Schema.Type<typeof StepCompleted> 
 export const RunResumed = Schema.TaggedStruct("RunResumed", {
   seq: Seq,
   fromStep: StepIndex,
-  at: Schema.Number
+  at: Schema.Finite
 })
 /** @since 0.1.0 */
 export interface RunResumed extends Schema.Schema.Type<typeof RunResumed> {}
@@ -83,7 +83,7 @@ export const RunCounters = Schema.Struct({
   effectiveSteps: Schema.NonNegativeInt,
   usage: Usage,
   /** Milliseconds: the sum of `StepCompleted.elapsed`. */
-  elapsed: Schema.NonNegative,
+  elapsed: Schema.NonNegative.pipe(Schema.finite()),
   resumedCount: Schema.NonNegativeInt
 })
 /** @since 0.1.0 */
@@ -94,7 +94,7 @@ export const RunFinished = Schema.TaggedStruct("RunFinished", {
   seq: Seq,
   stopReason: StopReason,
   /** Epoch milliseconds, from `Clock`. */
-  finishedAt: Schema.Number,
+  finishedAt: Schema.Finite,
   counters: RunCounters,
   eventDeliveryFailures: Schema.NonNegativeInt
 })
