@@ -67,8 +67,11 @@ describe("OpenAiCompatible laws", () => {
   it.prop("a reply served as a chat completion parses back to itself", [ModelReply.ModelReply], ([reply]) => {
     const parsed = OpenAiCompatible.parseCompletion(serve(reply), endpoint)
     assert.isTrue(Either.isRight(parsed))
-    // `make` normalizes an explicit `finishReason: undefined` to an absent key.
-    if (Either.isRight(parsed)) assert.deepStrictEqual(parsed.right, ModelReply.make(reply))
+    // An explicit `finishReason: undefined` is an absent key on the wire.
+    if (Either.isRight(parsed)) {
+      const { finishReason, ...rest } = reply
+      assert.deepStrictEqual(parsed.right, finishReason === undefined ? rest : { ...rest, finishReason })
+    }
   }, { fastCheck: { numRuns: 200 } })
 
   it.prop("a history sent as chat messages reads back message for message", [Message.Message], ([message]) => {
