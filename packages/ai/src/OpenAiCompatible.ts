@@ -238,7 +238,7 @@ const fromHttpError = (endpoint: string) => (error: HttpClientError.HttpClientEr
   // The status was fine but the body could not be read: the connection broke mid-answer.
   return error.reason === "StatusCode"
     ? Errors.statusError(source, endpoint, error.response.status)
-    : Errors.transportError(source, endpoint, error.cause)
+    : Errors.brokenBodyError(source, endpoint, error.response.status, error.cause)
 }
 
 // -----------------------------------------------------------------------------

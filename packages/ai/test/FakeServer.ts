@@ -33,6 +33,8 @@ export type Reply =
   | { readonly _tag: "Hang" }
   /** Sends a 200 status and the first bytes of a body, then nothing more. */
   | { readonly _tag: "StallBody" }
+  /** Sends a 200 status and the first bytes of a body, then destroys the connection. */
+  | { readonly _tag: "BreakBody" }
 
 /** A JSON answer. */
 export const json = (body: unknown, status = 200): Reply => ({ _tag: "Json", status, body })
@@ -47,6 +49,8 @@ export const raw = (status: number, body: string, contentType = "application/jso
 export const hang: Reply = { _tag: "Hang" }
 /** Headers and part of the body, then nothing. */
 export const stallBody: Reply = { _tag: "StallBody" }
+/** Headers and part of the body, then the connection is destroyed. */
+export const breakBody: Reply = { _tag: "BreakBody" }
 
 /** A running fake server. */
 export interface FakeServer {
@@ -83,6 +87,11 @@ export const make: Effect.Effect<FakeServer, never, Scope.Scope> = Effect.gen(fu
       case "StallBody": {
         res.writeHead(200, { "content-type": "application/json" })
         res.write("{\"choices\": [")
+        return
+      }
+      case "BreakBody": {
+        res.writeHead(200, { "content-type": "application/json", "content-length": "1000" })
+        res.write("{\"choices\": [", () => res.destroy())
         return
       }
     }

@@ -293,6 +293,18 @@ describe("OpenAiCompatible", () => {
         assertNothingLeaks(upstream, [bodyMarker])
       }))
 
+    it.scoped("a body that breaks off mid-answer → retryable, with the status", () =>
+      Effect.gen(function*() {
+        const server = yield* FakeServer.make
+        const client = yield* clientFor(server)
+        yield* server.reply(FakeServer.breakBody)
+        const error = yield* modelError(client.generate(request(task)))
+        assert.isTrue(error.retryable)
+        assert.strictEqual(error.status, 200)
+        assert.include(error.message, "broke off")
+        assertNothingLeaks(error, [apiKey])
+      }))
+
     it.scoped("a server that never answers is cut by the timeout (retryable) and the request is aborted", () =>
       Effect.gen(function*() {
         const server = yield* FakeServer.make

@@ -100,6 +100,18 @@ export const transportError = (source: string, endpoint: string, cause: unknown)
   })
 }
 
+/** The error for an answer whose body broke off before it was complete. @internal */
+export const brokenBodyError = (source: string, endpoint: string, status: number, cause: unknown): ModelError => {
+  const code = errorCode(cause)
+  const inner = transportCause(cause)
+  return new ModelError({
+    retryable: true,
+    status,
+    message: `${source}: the answer of ${endpoint} broke off before its end${code === undefined ? "" : ` (${code})`}`,
+    ...(inner === undefined ? {} : { cause: inner })
+  })
+}
+
 /** The error for a call cut by its timeout. @internal */
 export const timeoutError = (source: string, endpoint: string, timeout: Duration.Duration): ModelError =>
   new ModelError({
