@@ -95,13 +95,23 @@ export class RunBusy extends Schema.TaggedError<RunBusy>()("RunBusy", {
   }
 }
 
-/** A record's sequence number was a duplicate or left a gap: someone else wrote to the run. */
+/**
+ * A record's sequence number was a duplicate or left a gap: someone else wrote to the run. A
+ * store with expiring claims also fences a writer whose claim was lost: then `leaseHolder` names
+ * the claim's current owner ("" when nobody holds it).
+ */
 export class ConcurrentWriter extends Schema.TaggedError<ConcurrentWriter>()("ConcurrentWriter", {
   runId: Schema.String,
   expectedSeq: Schema.Int,
-  actualSeq: Schema.Int
+  actualSeq: Schema.Int,
+  leaseHolder: Schema.optional(Schema.String)
 }) {
   override get message(): string {
+    if (this.leaseHolder !== undefined) {
+      return `run ${this.runId}: record sequence ${this.actualSeq} rejected: this writer's claim expired and is now held by ${
+        this.leaseHolder === "" ? "nobody" : this.leaseHolder
+      } (another writer may have taken over)`
+    }
     return `run ${this.runId}: record sequence ${this.actualSeq} rejected, the log expects ${this.expectedSeq} (another writer?)`
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The durable run log store on `@effect/sql` (SPEC §7): one backend over `SqlClient` for every
  * dialect, plugged into `RunLogStore.make`, with SQLite (`layerSqlite`, the embedded default) as
- * the first dialect.
+ * the first dialect and PostgreSQL (`layerPg`, many workers on many machines sharing one database)
+ * as the second.
  *
  * Storage (see `internal/migrations/`):
  * - `polyloop_records(run_id, seq, kind, step, payload)`: append-only, one row per record, the
@@ -14,6 +15,9 @@
  * - `polyloop_claims(run_id, owner, expires_at)`: leases. A claim inserts a row (a random owner
  *   id per process and claim), a heartbeat fiber renews it while the claim's scope is open, and
  *   closing the scope deletes it. The lease of a process that died expires and can be taken.
+ *   Appends by a claim's holder are fenced: inside the append's transaction the lease row must
+ *   still name that holder (on PostgreSQL it is locked `FOR SHARE` until commit, so a takeover
+ *   waits), otherwise the append is rejected with `ConcurrentWriter { leaseHolder }`.
  * - `polyloop_migrations`: `@effect/sql`'s `Migrator` table. A database whose schema is newer
  *   than this code is refused with `StoreError { reason: "SchemaVersion" }`.
  *
@@ -31,6 +35,7 @@ import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { ConcurrentWriter, RunBusy, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
 import { totalTokens } from "@polyloop/core/ModelReply"
@@ -38,6 +43,8 @@ import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import { StopReason } from "@polyloop/core/StopReason"
 import * as Clock from "effect/Clock"
+import * as Config from "effect/Config"
+import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -46,10 +53,12 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Random from "effect/Random"
+import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
 import { isUniqueViolation, storeError } from "./internal/errors.js"
+import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
 import { probe } from "./internal/sqliteFile.js"
 
@@ -107,6 +116,7 @@ export const migrationsFor = (
 ): Effect.Effect<Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>>, StoreError> =>
   sql.onDialectOrElse({
     sqlite: () => Effect.succeed(SqliteMigrations.migrations),
+    pg: () => Effect.succeed(PgMigrations.migrations),
     orElse: () =>
       Effect.fail(
         new StoreError({ reason: "SchemaVersion", message: "@polyloop/sql has no migrations for this SQL dialect" })
@@ -174,6 +184,9 @@ export const migrate = (
   }).pipe(Effect.withSpan("SqlRunLogStore.migrate"))
 
 class SeqConflict extends Data.TaggedError("SeqConflict")<{}> {}
+
+/** The append's writer held a claim on the run, and the lease row now names another owner (or none). */
+class LeaseLost extends Data.TaggedError("LeaseLost")<{ readonly holder: string }> {}
 
 const Numeric = Schema.Union(Schema.Number, Schema.NumberFromString)
 
@@ -251,6 +264,11 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       : Duration.decode(options.heartbeatInterval)
     const fault: FaultPoint = options.faultPoint ?? (() => Effect.void)
     const failWith = (operation: string, runId?: string) => (error: SqlError) => storeError(error, { operation, path, runId })
+    /** Claims this store instance holds: run id → lease owner. Appends to these runs are fenced by the lease. */
+    const held = new Map<string, string>()
+    // PostgreSQL: lock the lease row until commit, so a takeover waits for the append to finish
+    // (SQLite already holds the database's write lock at that point).
+    const leaseLock = sql.onDialectOrElse({ pg: () => sql` FOR SHARE`, orElse: () => sql`` })
 
     const nextSeq = (runId: RunId) =>
       sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`.pipe(
@@ -330,12 +348,22 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
           yield* sql`UPDATE polyloop_runs SET next_seq = ${end}, steps = steps + ${delta.steps}, effective_steps = effective_steps + ${delta.effectiveSteps}, tokens = tokens + ${delta.tokens}, elapsed = elapsed + ${delta.elapsed}${finishing} WHERE run_id = ${runId} AND next_seq = ${first.seq}`
           const check = yield* sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`
           if (Number(check[0]?.next_seq ?? -1) !== end) return yield* new SeqConflict()
+          // Fencing: a writer that holds a claim writes only while its lease row is still its own.
+          const owner = held.get(runId)
+          if (owner !== undefined) {
+            const lease = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}${leaseLock}`
+            const holder = lease[0]?.owner
+            if (holder !== owner) return yield* new LeaseLost({ holder: holder ?? "" })
+          }
           yield* fault("BeforeCommit", runId)
         })
 
         return yield* sql.withTransaction(transaction).pipe(
           Effect.catchTags({
             SeqConflict: () => conflict(runId, first.seq),
+            LeaseLost: (lost) =>
+              Effect.flatMap(nextSeq(runId), (expectedSeq) =>
+                Effect.fail(new ConcurrentWriter({ runId, expectedSeq, actualSeq: first.seq, leaseHolder: lost.holder }))),
             SqlError: (error) => Effect.fail(failWith("appending to the log", runId)(error))
           })
         )
@@ -415,7 +443,16 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       Effect.gen(function*() {
         const random = yield* Random.nextIntBetween(0, 0x7fffffff)
         const owner = `${os.hostname()}:${process.pid}:${++claimCounter}:${random.toString(36)}`
-        yield* Effect.acquireRelease(takeLease(runId, owner), () => releaseLease(runId, owner))
+        yield* Effect.acquireRelease(
+          Effect.tap(takeLease(runId, owner), () => Effect.sync(() => held.set(runId, owner))),
+          () =>
+            Effect.zipRight(
+              Effect.sync(() => {
+                if (held.get(runId) === owner) held.delete(runId)
+              }),
+              releaseLease(runId, owner)
+            )
+        )
         yield* Effect.sleep(heartbeat).pipe(
           Effect.zipRight(renewLease(runId, owner)),
           Effect.forever,
@@ -468,3 +505,64 @@ export const layerSqliteClient = (
  */
 export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> =>
   layer({ ...options, path: options.filename }).pipe(Layer.provide(layerSqliteClient(options)))
+
+/** Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the store's queries do not expect. */
+export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson">
+
+/**
+ * Options of the PostgreSQL store: the connection (`url`, or `host`, `port`, `database`,
+ * `username`, `password`; `maxConnections`, timeouts, `ssl`, …) and the store's lease options.
+ */
+export interface PgOptions extends Omit<Options, "path">, PgClientOptions {}
+
+/** Where a PostgreSQL store lives, for messages: its URL without password or query. */
+const describePg = (options: PgClientOptions): string => {
+  if (options.url !== undefined) {
+    try {
+      const url = new URL(Redacted.value(options.url))
+      url.password = ""
+      url.search = ""
+      return url.toString()
+    } catch {
+      return "postgres://(a URL that does not parse)"
+    }
+  }
+  const user = options.username === undefined ? "" : `${options.username}@`
+  return `postgres://${user}${options.host ?? "localhost"}:${options.port ?? 5432}/${options.database ?? ""}`
+}
+
+/**
+ * A PostgreSQL client for the store (`PgClient | SqlClient`); a server that cannot be reached
+ * fails with `StoreError { reason: "Unavailable" }` naming it. Share it with `Worker` by
+ * providing it to both: `SqlRunLogStore.layer(options).pipe(Layer.provideMerge(layerPgClient(…)))`.
+ */
+export const layerPgClient = (options: PgClientOptions): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError> =>
+  PgClient.layer({ applicationName: "polyloop", ...options }).pipe(
+    Layer.mapError((error) => storeError(error, { operation: "connecting to PostgreSQL", path: describePg(options) }, "Unavailable"))
+  )
+
+/**
+ * The scale-out store: PostgreSQL shared by many workers on many machines, migrations applied.
+ * Claims are leases (`leaseDuration`, renewed every `heartbeatInterval`): a worker that dies
+ * stops renewing and another worker can take the run over after the lease expires; a worker
+ * whose lease was taken over is fenced off at its next write (`ConcurrentWriter`).
+ */
+export const layerPg = (options: PgOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> => {
+  const { leaseDuration, heartbeatInterval, faultPoint, ...client } = options
+  const store: Options = {
+    path: describePg(client),
+    ...(leaseDuration === undefined ? {} : { leaseDuration }),
+    ...(heartbeatInterval === undefined ? {} : { heartbeatInterval }),
+    ...(faultPoint === undefined ? {} : { faultPoint })
+  }
+  return layer(store).pipe(Layer.provide(layerPgClient(client)))
+}
+
+/**
+ * `layerPg` from `Config`, by default `{ url: Config.redacted("POLYLOOP_PG_URL") }`, e.g.
+ * `layerPgConfig({ url: Config.redacted("DATABASE_URL"), maxConnections: Config.integer("PG_POOL") })`.
+ */
+export const layerPgConfig = (
+  config: Config.Config.Wrap<Omit<PgOptions, "faultPoint">> = { url: Config.redacted("POLYLOOP_PG_URL") }
+): Layer.Layer<RunLogStore.RunLogStore, StoreError | ConfigError.ConfigError> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerPg))

@@ -15,7 +15,9 @@
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import { StoreError } from "@polyloop/core/Errors"
+import * as Agent from "@polyloop/core/Agent"
+import { ActionExecutor } from "@polyloop/core/ActionExecutor"
+import { InvalidRunRequest, type RunError, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -25,6 +27,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
@@ -86,9 +89,13 @@ export interface WorkerOptions {
   readonly workerId?: string
   /** How long an idle fiber waits before looking at the queue again; default 250 ms. */
   readonly pollInterval?: Duration.DurationInput
-  /** How often held entries are heart-beaten; default 2 s. */
+  /** How often held entries are heart-beaten; default 5 s. */
   readonly heartbeatInterval?: Duration.DurationInput
-  /** An entry not heart-beaten for this long is taken by another worker; default 15 s. */
+  /**
+   * An entry not heart-beaten for this long is taken by another worker; default 30 s. Keep it
+   * at least the store's lease duration: a run taken before its claim expired is put back
+   * (`RunBusy`) and tried again after `retryDelay`.
+   */
   readonly staleAfter?: Duration.DurationInput
   /** Wait before a failed or requeued entry is taken again; default 5 s. */
   readonly retryDelay?: Duration.DurationInput
@@ -138,10 +145,10 @@ export const migrate: Effect.Effect<void, StoreError, SqlClient.SqlClient> = Que
   Effect.withSpan("Worker.migrate")
 )
 
-const encodeJson = (value: unknown, runId: string): Effect.Effect<string, StoreError> =>
+const encodeJson = (value: () => unknown, runId: string): Effect.Effect<string, StoreError> =>
   Effect.try({
     try: () => {
-      const text = JSON.stringify(value)
+      const text = JSON.stringify(value())
       if (text === undefined) throw new Error("the value has no JSON form")
       return text
     },
@@ -166,7 +173,7 @@ export const enqueue = (
 ): Effect.Effect<boolean, StoreError, SqlClient.SqlClient> =>
   Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
-    const text = yield* encodeJson(payload, runId)
+    const text = yield* encodeJson(() => payload, runId)
     const now = yield* Clock.currentTimeMillis
     const availableAt = now + (options?.delay === undefined ? 0 : Duration.toMillis(options.delay))
     const rows = yield* sql<{ run_id: string }>`INSERT INTO polyloop_queue (run_id, payload, status, enqueued_at, available_at)
@@ -307,8 +314,8 @@ export const serve = <A, E, R>(options: ServeOptions<A, E, R>): Effect.Effect<ne
     yield* migrate
     const workerId = options.workerId ?? (yield* defaultWorkerId)
     const pollInterval = Duration.decode(options.pollInterval ?? Duration.millis(250))
-    const heartbeatInterval = Duration.decode(options.heartbeatInterval ?? Duration.seconds(2))
-    const staleAfter = Duration.decode(options.staleAfter ?? Duration.seconds(15))
+    const heartbeatInterval = Duration.decode(options.heartbeatInterval ?? Duration.seconds(5))
+    const staleAfter = Duration.decode(options.staleAfter ?? Duration.seconds(30))
     const retryDelay = Duration.toMillis(options.retryDelay ?? Duration.seconds(5))
     const maxFailures = options.maxFailures ?? 3
     const classify = options.classify ?? (() => "Retry" as const)
@@ -392,7 +399,7 @@ export const serve = <A, E, R>(options: ServeOptions<A, E, R>): Effect.Effect<ne
             )
           }
           if (Either.isRight(result)) {
-            return encodeJson(outcome(result.right), runId).pipe(
+            return encodeJson(() => outcome(result.right), runId).pipe(
               Effect.flatMap((text) => settleWith(taken, { status: "Done", outcome: text, finished: true }))
             )
           }
@@ -481,3 +488,107 @@ export const serve = <A, E, R>(options: ServeOptions<A, E, R>): Effect.Effect<ne
       discard: true
     }).pipe(Effect.zipRight(Effect.never))
   }).pipe(Effect.scoped)
+
+/** What `resolve` returns: the request to run and the executor to run its actions with. */
+export interface Resolved {
+  readonly request: Agent.RunRequest
+  /**
+   * Usually `yield* request.tools.executor()` (the registry's derived executor); a code-action
+   * agent passes its own executor, e.g. `yield* ActionExecutor`.
+   */
+  readonly executor: ActionExecutor.Service
+}
+
+/** Options of `run`: the worker's tuning, how to decode payloads and how to build requests. */
+export interface RunOptions<P, I, E, R> extends WorkerOptions {
+  /** The payload's schema: enqueued JSON is decoded with it (a payload that does not decode fails the entry). */
+  readonly payload: Schema.Schema<P, I>
+  /** Builds the request of a run from its payload; its `runId` must be the job's. */
+  readonly resolve: (payload: P, job: Job) => Effect.Effect<Resolved, E, R>
+  /** What a failure of `resolve` leads to; default `"Retry"`. */
+  readonly classifyResolveError?: (error: E) => Disposition
+}
+
+/** Why a run failed in a worker. */
+export type RunFailure<E> = RunError | E | ParseResult.ParseError
+
+const isTagged = (error: unknown): error is { readonly _tag: string } =>
+  typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
+
+/**
+ * What each failure of `Agent.run` leads to: another owner on the run (`RunBusy`,
+ * `ConcurrentWriter`, which is also what a fenced write after a lost lease fails with) →
+ * `"Requeue"`; a failing store or model → `"Retry"`; a request that can never run as is
+ * (`SnapshotMismatch`, `ExecutorRegistryMismatch`, `InvalidRunRequest`) → `"Fail"`.
+ */
+export const classifyRunError = (error: RunError): Disposition => {
+  switch (error._tag) {
+    case "RunBusy":
+    case "ConcurrentWriter":
+      return "Requeue"
+    case "StoreError":
+    case "ModelError":
+      return "Retry"
+    case "SnapshotMismatch":
+    case "ExecutorRegistryMismatch":
+    case "InvalidRunRequest":
+      return "Fail"
+  }
+}
+
+const runErrorTags: ReadonlySet<string> = new Set([
+  "RunBusy",
+  "ConcurrentWriter",
+  "StoreError",
+  "ModelError",
+  "SnapshotMismatch",
+  "ExecutorRegistryMismatch",
+  "InvalidRunRequest"
+])
+
+const encodeRunResult = Schema.encodeSync(Agent.RunResult)
+
+/**
+ * Runs the queued runs: `concurrency` fibers take entries, decode the payload, `resolve` it to a
+ * request and an executor, and run it with `Agent.run` (resuming it if it was started before).
+ * The entry ends `Done` with the encoded `RunResult` as its outcome, or by `classifyRunError` /
+ * `classifyResolveError` on failure. Interrupting the returned effect is the graceful shutdown:
+ * runs in flight are interrupted (resumable) and go back to `Pending`. A defect in a run (a
+ * parser bug) marks the entry `Failed` and ends the worker. Migrates the queue table first.
+ */
+export const run = <P, I, E, R>(
+  options: RunOptions<P, I, E, R>
+): Effect.Effect<
+  never,
+  StoreError,
+  Exclude<Agent.Requirements, ActionExecutor> | R | SqlClient.SqlClient
+> => {
+  const decodePayload = Schema.decodeUnknown(options.payload)
+  const classifyResolve = options.classifyResolveError ?? (() => "Retry" as const)
+  const handle = (job: Job): Effect.Effect<Agent.RunResult, RunFailure<E>, Exclude<Agent.Requirements, ActionExecutor> | R> =>
+    Effect.gen(function* () {
+      const payload = yield* decodePayload(job.payload)
+      const resolved = yield* options.resolve(payload, job)
+      if (resolved.request.runId !== job.runId) {
+        return yield* new InvalidRunRequest({
+          runId: job.runId,
+          issues: `resolve returned a request for run ${resolved.request.runId}, not for the queued run ${job.runId}`
+        })
+      }
+      return yield* Effect.provideService(Agent.run(resolved.request), ActionExecutor, resolved.executor)
+    })
+  return serve({
+    ...options,
+    handle,
+    outcome: encodeRunResult,
+    classify: (error) => {
+      if (ParseResult.isParseError(error)) return "Fail"
+      if (isTagged(error) && runErrorTags.has(error._tag)) return classifyRunError(error as RunError)
+      return classifyResolve(error as E)
+    },
+    describe: (error) =>
+      ParseResult.isParseError(error)
+        ? `the payload does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+        : describeUnknown(error)
+  })
+}
