@@ -940,6 +940,34 @@ export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogS
           assert.deepStrictEqual(third, first)
           assert.deepStrictEqual(Schema.decodeUnknownSync(Agent.RunResult)(Schema.encodeSync(Agent.RunResult)(first)), first)
         }))
+
+      test("a run that finished between the first read and the claim is not run again: the log is read again under the claim", (h) =>
+        Effect.gen(function*() {
+          const runId = Ids.runId("finished-2")
+          const f = makeFixture()
+          const readDone = yield* Deferred.make<void>()
+          const gate = yield* Deferred.make<void>()
+          let reads = 0
+          // The late run's first read sees the empty log, then waits until the other run is done.
+          const late: RunLogStore.RunLogStore.Service = {
+            ...h.store,
+            readLog: (id) =>
+              Effect.tap(h.store.readLog(id), () => {
+                reads += 1
+                return reads === 1 ? Effect.zipRight(Deferred.succeed(readDone, undefined), Deferred.await(gate)) : Effect.void
+              })
+          }
+          const lateRun = yield* Effect.fork(h.run(request(runId, f.tools), { model: ScriptedModel.unreachable, store: late }))
+          yield* Deferred.await(readDone)
+          const model = yield* ScriptedModel.make(sixSteps)
+          const first = yield* h.run(request(runId, f.tools), { model: model.layer })
+          const log = yield* h.log(runId)
+          yield* Deferred.succeed(gate, undefined)
+          const second = yield* Fiber.join(lateRun)
+          assert.deepStrictEqual(second, first)
+          assert.deepStrictEqual(yield* h.log(runId), log)
+          assert.strictEqual(reads, 2)
+        }))
     })
 
     describe("budgets", () => {
