@@ -112,7 +112,8 @@ const decodeJson = Schema.decodeUnknownEither(Schema.parseJson())
 const decodeCompletion = Schema.decodeUnknownEither(WireCompletion)
 const decodeErrorBody = Schema.decodeUnknownEither(WireErrorBody)
 
-type WireMessage =
+/** A Chat Completions message as sent. */
+export type WireMessage =
   | { readonly role: "system" | "user"; readonly content: string }
   | {
     readonly role: "assistant"
