@@ -21,12 +21,12 @@
  * - `polyloop_migrations`: `@effect/sql`'s `Migrator` table. A database whose schema is newer
  *   than this code is refused with `StoreError { reason: "SchemaVersion" }`.
  *
- * Every append is one transaction whose first statement is a write (so SQLite takes the write
- * lock before reading, and the busy timeout applies); `completeStep`'s two records commit
- * together or not at all. Driver failures become `StoreError`s with the path and a reason
- * (`Unavailable` for a locked or unreachable database, `ReadOnly`, `DiskFull`, `Corrupt`, …).
- * One caveat comes from `@effect/sql` itself: a failing `COMMIT` statement is a defect there,
- * not a typed error (the transaction is not applied either way).
+ * Every append is one transaction (`BEGIN IMMEDIATE` on SQLite: the write lock is taken first,
+ * waiting up to the busy timeout); `completeStep`'s two records commit together or not at all.
+ * Driver failures become `StoreError`s with the path and a reason (`Unavailable` for a locked or
+ * unreachable database, `ReadOnly`, `DiskFull`, `Corrupt`, …), including a failing `COMMIT` and
+ * SQLite's own rollback on a full disk (which `SqlClient.withTransaction` would turn into a
+ * defect). Schema migrations run in `Migrator`'s transaction, where such a failure is a defect.
  *
  * @since 0.1.0
  */
@@ -61,6 +61,7 @@ import { isUniqueViolation, storeError } from "./internal/errors.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
 import { probe } from "./internal/sqliteFile.js"
+import { transaction } from "./internal/transaction.js"
 
 /** Where a fault can be injected inside an append's transaction. */
 export type FaultStage = "BetweenRecords" | "BeforeCommit"
@@ -263,6 +264,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       ? Duration.millis(Math.max(1, Math.floor(leaseMillis / 3)))
       : Duration.decode(options.heartbeatInterval)
     const fault: FaultPoint = options.faultPoint ?? (() => Effect.void)
+    const inTransaction = transaction(sql)
     const failWith = (operation: string, runId?: string) => (error: SqlError) => storeError(error, { operation, path, runId })
     /** Claims this store instance holds: run id → lease owner. Appends to these runs are fenced by the lease. */
     const held = new Map<string, string>()
@@ -326,7 +328,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
           )
         const end = first.seq + records.length
 
-        const transaction = Effect.gen(function*() {
+        const writes = Effect.gen(function*() {
           for (let i = 0; i < records.length; i++) {
             const stored = records[i]!
             if (i > 0) yield* fault("BetweenRecords", runId)
@@ -358,7 +360,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
           yield* fault("BeforeCommit", runId)
         })
 
-        return yield* sql.withTransaction(transaction).pipe(
+        return yield* inTransaction(writes).pipe(
           Effect.catchTags({
             SeqConflict: () => conflict(runId, first.seq),
             LeaseLost: (lost) =>
@@ -400,10 +402,9 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       }).pipe(Effect.withSpan("SqlRunLogStore.listRuns"))
 
     const takeLease = (runId: RunId, owner: string) =>
-      sql.withTransaction(
+      inTransaction(
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
-          // A write first, so SQLite takes the write lock before it reads.
           yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND expires_at <= ${now}`
           yield* sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${runId}, ${owner}, ${now + leaseMillis}) ON CONFLICT DO NOTHING`
           const rows = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`

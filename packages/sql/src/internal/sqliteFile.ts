@@ -42,13 +42,17 @@ const writable = (target: string): boolean => {
 const openFailure = (filename: string, cause: unknown): StoreError => {
   const context = { operation: "opening the SQLite store", path: filename }
   const error = storeError(cause, context)
-  if (error.reason !== "Unavailable" || isMemory(filename)) return error
+  // better-sqlite3 reports a missing directory itself, without an SQLite code (reason Unknown).
+  if ((error.reason !== "Unavailable" && error.reason !== "Unknown") || isMemory(filename)) return error
   const directory = path.dirname(path.resolve(filename))
   if (!fs.existsSync(directory)) {
     return storeError(new Error(`the directory ${directory} does not exist`), context, "Unavailable")
   }
   if (fs.existsSync(filename) ? !writable(filename) || !writable(directory) : !writable(directory)) {
     return storeError(cause, context, "ReadOnly")
+  }
+  if (error.reason === "Unknown" && fs.existsSync(filename) && fs.statSync(filename).isDirectory()) {
+    return storeError(cause, context, "Unavailable")
   }
   return error
 }

@@ -1,0 +1,53 @@
+/**
+ * The store's write transactions. `SqlClient.withTransaction` of `@effect/sql` 0.52 turns a
+ * failing `COMMIT` or `ROLLBACK` into a defect. SQLite rolls a transaction back by itself on
+ * some errors (`SQLITE_FULL`, some `SQLITE_IOERR`s), after which `ROLLBACK` fails with "no
+ * transaction is active" — a full disk would then crash the run instead of failing it with a
+ * typed `StoreError`. This helper keeps both typed: a failing `COMMIT` is a `SqlError` (and the
+ * transaction is rolled back), a `ROLLBACK` after SQLite's own rollback is a no-op. It runs on a
+ * connection reserved from the client (`SqlClient.reserve`) and provides it as the
+ * `TransactionConnection`, so statements (and nested `withTransaction`s) inside use it.
+ *
+ * On SQLite it begins with `BEGIN IMMEDIATE`: the write lock is taken at once (waiting up to the
+ * busy timeout), never upgraded from a read snapshot that another writer has since made stale.
+ *
+ * @internal
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import { driverCause } from "./errors.js"
+
+const noActiveTransaction = (error: SqlError): boolean => {
+  const cause = driverCause(error)
+  const message = cause instanceof Error ? cause.message : ""
+  const code = typeof cause === "object" && cause !== null && "code" in cause ? (cause as { code: unknown }).code : undefined
+  return /no transaction is active/i.test(message) || code === "25P01"
+}
+
+const rollback = (conn: Connection): Effect.Effect<void> =>
+  conn.executeUnprepared("ROLLBACK", [], undefined).pipe(
+    Effect.asVoid,
+    // A ROLLBACK that fails while a transaction is still open leaves the connection in an
+    // unknown state: that is a defect, not a store failure the caller could handle.
+    Effect.catchAll((error) => noActiveTransaction(error) ? Effect.void : Effect.die(error))
+  )
+
+/** Runs `effect` in one transaction on a reserved connection; commits on success, rolls back otherwise. */
+export const transaction = (sql: SqlClient.SqlClient) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> => {
+  const begin = sql.onDialectOrElse({ sqlite: () => "BEGIN IMMEDIATE", orElse: () => "BEGIN" })
+  return Effect.scoped(
+    Effect.flatMap(sql.reserve, (conn) =>
+      Effect.acquireUseRelease(
+        conn.executeUnprepared(begin, [], undefined),
+        () =>
+          effect.pipe(
+            Effect.provideService(SqlClient.TransactionConnection, [conn, 0] as const),
+            Effect.zipLeft(conn.executeUnprepared("COMMIT", [], undefined))
+          ),
+        (_, exit) => Exit.isSuccess(exit) ? Effect.void : rollback(conn)
+      ))
+  )
+}
