@@ -1,0 +1,103 @@
+/**
+ * A tool-calling agent (GovDoc-like, see `govdoc.ts`): it edits two documents in a temporary
+ * workspace by writing JSON actions, read by `JsonActionParser` and run by the registry's
+ * derived executor; the run log is a SQLite file (`@polyloop/sql`) and the model is scripted.
+ *
+ *   npx tsx examples/tool-agent.ts
+ *
+ * Each step is printed as it happens (from the loop's events); at the end the files, the ledger
+ * of applied writes and the run's counters are printed. Exits 0 when the run completed through
+ * the `submit` tool.
+ */
+import * as FileSystem from "@effect/platform/FileSystem"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Agent from "@polyloop/core/Agent"
+import * as EventSink from "@polyloop/core/EventSink"
+import { runId } from "@polyloop/core/Ids"
+import * as JsonActionParser from "@polyloop/core/JsonActionParser"
+import type { LoopEvent } from "@polyloop/core/LoopEvent"
+import type { ParsedReply } from "@polyloop/core/ParsedReply"
+import * as StopReason from "@polyloop/core/StopReason"
+import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as path from "node:path"
+import * as GovDoc from "./govdoc.js"
+
+const oneLine = (text: string, max = 100): string => {
+  const flat = text.replace(/\s+/g, " ").trim()
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat
+}
+
+const describe = (decision: ParsedReply): string => {
+  switch (decision._tag) {
+    case "Act":
+      return decision.action._tag === "ToolCall"
+        ? `${decision.action.name} ${JSON.stringify(decision.action.arguments)}`
+        : `${decision.action.language} code`
+    case "Finish":
+      return `final answer ${JSON.stringify(decision.answer)}`
+    case "NoAction":
+      return "no action"
+    case "InvalidDecision":
+      return `invalid decision: ${oneLine(decision.explanation)}`
+  }
+}
+
+/** One line per interesting event. */
+const print = (event: LoopEvent): Effect.Effect<void> => {
+  switch (event._tag) {
+    case "RunResumed":
+      return Console.log(`resumed at step ${event.fromStep}`)
+    case "DecisionParsed":
+      return Console.log(`step ${event.step}: ${describe(event.decision)}`)
+    case "ActionExecuted": {
+      const outcome = event.outcome
+      const synthetic = outcome.observationIsSynthetic ? " (synthetic)" : ""
+      return Console.log(`        ${outcome.status}${synthetic}: ${oneLine(outcome.observation)}`)
+    }
+    case "RunFinished":
+      return Console.log(`stop: ${StopReason.format(event.stopReason)}`)
+    default:
+      return Effect.void
+  }
+}
+
+const main = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const dir = yield* fs.makeTempDirectoryScoped({ prefix: "polyloop-tool-agent-" })
+  const root = path.join(dir, "workspace")
+  yield* GovDoc.seed(root)
+  const tools = GovDoc.makeTools(root)
+
+  const services = Layer.mergeAll(
+    ScriptedModel.layer(GovDoc.script),
+    JsonActionParser.layer(),
+    ToolRegistry.layerExecutor(tools),
+    SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }),
+    EventSink.layer(print)
+  ).pipe(Layer.provide(NodeContext.layer))
+
+  yield* Console.log(`task: ${GovDoc.task}\nworkspace: ${root}\n`)
+  const result = yield* Agent.run({ runId: runId("tool-agent-1"), agent: GovDoc.agent, task: GovDoc.task, tools }).pipe(
+    Effect.provide(services)
+  )
+
+  yield* Console.log(
+    `\nsteps: ${result.steps} (${result.effectiveSteps} effective), tokens: ${result.usage.inputTokens} in + ${result.usage.outputTokens} out`
+  )
+  for (const name of Object.keys(GovDoc.initialFiles)) {
+    yield* Console.log(`\n--- ${name}\n${yield* fs.readFileString(path.join(root, name))}`)
+  }
+  const applied = yield* GovDoc.ledger(root)
+  yield* Console.log(`--- writes applied (idempotency keys)\n${applied.map((entry) => `${entry.key}  ${entry.tool} ${entry.path}`).join("\n")}`)
+  if (result.stopReason._tag !== "Completed") {
+    return yield* Effect.fail(`the run did not complete: ${StopReason.format(result.stopReason)}`)
+  }
+}).pipe(Effect.scoped, Effect.provide(NodeContext.layer))
+
+NodeRuntime.runMain(main)
