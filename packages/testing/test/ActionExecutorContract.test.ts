@@ -1,7 +1,6 @@
 import { describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import type { Action } from "@polyloop/core/Action"
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
@@ -158,6 +157,3 @@ describe("ActionExecutorContract", () => {
     }
   ])
 })
-
-// Keeps Layer imported for readers building executors as layers.
-export const _layer: Layer.Layer<ActionExecutor.ActionExecutor, never, ActionExecutorContract.Probe> = derived
