@@ -64,15 +64,29 @@ import { probe } from "./internal/sqliteFile.js"
 import { transaction } from "./internal/transaction.js"
 
 /** Where a fault can be injected inside an append's transaction. */
-export type FaultStage = "BetweenRecords" | "BeforeCommit"
+export type FaultStage = "BeforeRecord" | "BeforeCommit"
+
+/** Where an append is when its fault point is called. */
+export interface FaultContext {
+  readonly stage: FaultStage
+  readonly runId: RunId
+  /** `BeforeRecord`: the sequence number of the record about to be inserted; `BeforeCommit`: the append's last. */
+  readonly seq: number
+  /**
+   * `BeforeRecord`: the record's position in the append — 1 is between the two writes of
+   * `completeStep` (its `ActionResulted` is inserted, its `StepCompleted` is not yet).
+   * `BeforeCommit`: the number of records written.
+   */
+  readonly index: number
+}
 
 /**
- * A hook called inside an append's transaction, for tests of atomicity: `"BetweenRecords"`
- * after the first record of a multi-record append (`completeStep`) is inserted and before the
- * second, `"BeforeCommit"` after every write and before the commit. Failing (or killing the
- * process) there must leave none of the append's records visible.
+ * A hook called inside an append's transaction, for tests of atomicity: before each record is
+ * inserted (`"BeforeRecord"`) and after every write, before the commit (`"BeforeCommit"`).
+ * Failing there, being interrupted there, or killing the process there must leave none of the
+ * append's records visible.
  */
-export type FaultPoint = (stage: FaultStage, runId: RunId) => Effect.Effect<void, StoreError>
+export type FaultPoint = (context: FaultContext) => Effect.Effect<void, StoreError>
 
 /** Options of the SQL backend, for every dialect. */
 export interface Options {
@@ -331,7 +345,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
         const writes = Effect.gen(function*() {
           for (let i = 0; i < records.length; i++) {
             const stored = records[i]!
-            if (i > 0) yield* fault("BetweenRecords", runId)
+            yield* fault({ stage: "BeforeRecord", runId, seq: stored.seq, index: i })
             yield* unique(
               sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${runId}, ${stored.seq}, ${stored.kind}, ${
                 stepOf(stored.record)
@@ -357,7 +371,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
             const holder = lease[0]?.owner
             if (holder !== owner) return yield* new LeaseLost({ holder: holder ?? "" })
           }
-          yield* fault("BeforeCommit", runId)
+          yield* fault({ stage: "BeforeCommit", runId, seq: end - 1, index: records.length })
         })
 
         return yield* inTransaction(writes).pipe(

@@ -193,17 +193,16 @@ it.effect("the database itself rejects a duplicate (run_id, seq)", () =>
   }).pipe(Effect.provide(storeClientLayer)))
 
 describe("SqlRunLogStore: atomic steps under injected faults", () => {
-  const faults: { failAt: SqlRunLogStore.FaultStage | null; hang: Deferred.Deferred<void> | null } = {
-    failAt: null,
-    hang: null
-  }
-  const faultPoint: SqlRunLogStore.FaultPoint = (stage, runId) =>
+  type Where = "BetweenRecords" | "BeforeCommit"
+  const faults: { failAt: Where | null; hang: Deferred.Deferred<void> | null } = { failAt: null, hang: null }
+  const faultPoint: SqlRunLogStore.FaultPoint = ({ index, runId, stage }) =>
     Effect.suspend(() => {
-      if (faults.hang !== null && stage === "BetweenRecords") {
+      const where: Where | null = stage === "BeforeCommit" ? "BeforeCommit" : index === 1 ? "BetweenRecords" : null
+      if (faults.hang !== null && where === "BetweenRecords") {
         return Effect.zipRight(Deferred.succeed(faults.hang, undefined), Effect.never)
       }
-      return stage === faults.failAt
-        ? Effect.fail(new StoreError({ reason: "Unavailable", runId, message: `injected fault at ${stage}` }))
+      return where !== null && where === faults.failAt
+        ? Effect.fail(new StoreError({ reason: "Unavailable", runId, message: `injected fault at ${where}` }))
         : Effect.void
     })
   const layer = Layer.unwrapScoped(

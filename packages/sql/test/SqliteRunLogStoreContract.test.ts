@@ -1,0 +1,25 @@
+/**
+ * The RunLogStore contract (`@polyloop/testing`) against `SqlRunLogStore.layerSqlite`: each case
+ * gets a fresh file; reopening it is a restart or a second process on the same file; the
+ * contract's fault plan is consulted at the store's own fault point, inside the transaction,
+ * before each record is inserted.
+ */
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as RunLogStoreContract from "@polyloop/testing/RunLogStoreContract"
+import * as Effect from "effect/Effect"
+import * as path from "node:path"
+import * as F from "./fixtures.js"
+
+const sqliteStore = (options: Omit<SqlRunLogStore.SqliteOptions, "filename"> = {}) =>
+  Effect.map(F.tempDir("polyloop-contract-"), (dir) =>
+    SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db"), synchronous: "NORMAL", ...options }))
+
+RunLogStoreContract.suite("SqlRunLogStore.layerSqlite", sqliteStore(), {
+  survivesRestart: true,
+  claimsAcrossInstances: true,
+  faultInjection: (plan) =>
+    sqliteStore({
+      faultPoint: ({ runId, seq, stage }) => stage === "BeforeRecord" ? plan.beforeWrite(runId, seq) : Effect.void
+    }),
+  timeout: 120_000
+})
