@@ -31,6 +31,7 @@ import { EventSink } from "./EventSink.js"
 import { type ResultId, RunId, type StepIndex } from "./Ids.js"
 import * as History from "./internal/history.js"
 import * as State from "./internal/state.js"
+import * as Tracing from "./internal/tracing.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import { ModelClient, type ModelRequest, type ToolDefinition } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
@@ -106,8 +107,20 @@ interface Run {
   readonly schedule: Schedule.Schedule<unknown>
   readonly modelTools: ReadonlyArray<ToolDefinition>
   readonly maxDurationMillis: number | undefined
+  /** Whether a tracer listens (see `traced`): per-step spans cost more than the rest of a step. */
+  readonly traced: boolean
   state: State.State
 }
+
+/**
+ * Step, model call and action spans are made when a tracer other than Effect's built-in one is
+ * installed (`@effect/opentelemetry`, DevTools, a test tracer). With the built-in tracer they
+ * would be seen by nobody, and they cost more than everything else the loop does in a step.
+ * The run span is always made.
+ */
+const span = (run: Run, name: string, attributes: () => Record<string, unknown>) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  run.traced ? Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false }) : effect
 
 const asStep = (step: number): StepIndex => step as StepIndex
 const resultIdOf = (step: number): ResultId => `result_${step}` as ResultId
@@ -202,9 +215,12 @@ const execute = (run: Run, step: number, action: Action): Effect.Effect<{ readon
       : Effect.map(run.executor.execute(action), (outcome) => ({ outcome, handlerFailed: false }))
   return effect.pipe(
     Effect.provideService(ToolContext.ToolContext, ToolContext.make({ runId: run.runId, step, callId })),
-    Effect.withSpan("Agent.action", {
-      attributes: { "polyloop.run_id": run.runId, "polyloop.step": step, "polyloop.action": History.actionName(action), "polyloop.call_id": callId }
-    })
+    span(run, "Agent.action", () => ({
+      "polyloop.run_id": run.runId,
+      "polyloop.step": step,
+      "polyloop.action": History.actionName(action),
+      "polyloop.call_id": callId
+    }))
   )
 }
 
@@ -288,10 +304,25 @@ const generate = (run: Run, step: number) => {
     tools: run.modelTools,
     settings: run.request.agent.modelSettings
   }
-  return run.model.generate(request).pipe(
-    Effect.tapError((error) => Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)),
-    Effect.retry({ schedule: run.schedule, while: (error) => error.retryable }),
-    Effect.withSpan("Agent.model", { attributes: { "polyloop.run_id": run.runId, "polyloop.step": step } })
+  const call = run.model.generate(request).pipe(
+    Effect.tapError((error) => Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`))
+  )
+  // The happy path pays for no schedule: `Effect.retry` starts only after a retryable failure,
+  // replaying that failure as its first attempt, so the model is called `maxAttempts` times in all.
+  return call.pipe(
+    Effect.catchIf(
+      (error) => error.retryable,
+      (first) => {
+        let replayed = false
+        const again = Effect.suspend(() => {
+          if (replayed) return call
+          replayed = true
+          return Effect.fail(first)
+        })
+        return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
+      }
+    ),
+    span(run, "Agent.model", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))
   )
 }
 
@@ -308,7 +339,7 @@ const runStep = (run: Run) => {
     yield* emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply })
     const decision = yield* run.parser.parse(reply)
     yield* settle(run, step, reply, decision, startedAt, false)
-  }).pipe(Effect.withSpan("Agent.step", { attributes: { "polyloop.run_id": run.runId, "polyloop.step": step } }))
+  }).pipe(span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step })))
 }
 
 /** Appends `RunFinished` and emits its event. */
@@ -387,7 +418,7 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
         const decision = yield* run.parser.parse(reply)
         yield* settle(run, fromStep, reply, decision, at, true)
       }).pipe(
-        Effect.withSpan("Agent.step", { attributes: { "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true } })
+        span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
     }
   })
@@ -428,6 +459,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     if (Option.isSome(seen.started)) yield* checkSnapshot(runId, seen.started.value, snapshot)
     const model = yield* ModelClient
     const sink = yield* EventSink
+    const tracer = yield* Effect.tracer
     return yield* Effect.scoped(
       Effect.gen(function*() {
         yield* store.claim(runId)
@@ -455,6 +487,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           schedule: AgentDefinition.retrySchedule(agent.modelRetry),
           modelTools: request.tools.modelView(),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
+          traced: Tracing.isTraced(tracer),
           state: State.fresh(messages)
         }
         if (Option.isSome(log.started)) {

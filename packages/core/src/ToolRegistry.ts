@@ -19,6 +19,7 @@ import * as ActionOutcome from "./ActionOutcome.js"
 import { InvalidArguments, MissingToolHandler, UnknownTool } from "./Errors.js"
 import type { ToolDefinition } from "./ModelClient.js"
 import type * as Tool from "./Tool.js"
+import * as Tracing from "./internal/tracing.js"
 import * as ToolContext from "./ToolContext.js"
 
 /** A call that passed validation: its tool and its decoded arguments. */
@@ -126,12 +127,15 @@ const runHandler = (
   handler: (args: unknown) => Effect.Effect<string, unknown, unknown>
 ): Effect.Effect<ExecutionReport> => {
   const tool = validated.tool
+  // The loop provides the ToolContext; a standalone call gets one for its call id.
   const withContext = Effect.flatMap(Effect.serviceOption(ToolContext.ToolContext), (ctx) =>
-    Effect.provideService(
-      handler(validated.args),
-      ToolContext.ToolContext,
-      Option.getOrElse(ctx, () => ToolContext.make({ runId: "standalone", step: 0, callId: validated.call.id }))
-    )
+    Option.isSome(ctx)
+      ? handler(validated.args)
+      : Effect.provideService(
+        handler(validated.args),
+        ToolContext.ToolContext,
+        ToolContext.make({ runId: "standalone", step: 0, callId: validated.call.id })
+      )
   ) as Effect.Effect<string, unknown>
   const timed: Effect.Effect<string, unknown> =
     tool.timeout === undefined
@@ -161,7 +165,7 @@ const runHandler = (
     // A thrown exception or a defect in a handler is an ordinary failure of the action. Only
     // defects are handled here: interruption is not a defect and passes through untouched.
     Effect.catchAllDefect((defect) => Effect.succeed(report(ActionOutcome.executed(describeFailure(defect)), true))),
-    Effect.withSpan("ToolRegistry.execute", { attributes: { "polyloop.tool": tool.name, "polyloop.call_id": validated.call.id } })
+    Tracing.withSpanIfTraced("ToolRegistry.execute", () => ({ "polyloop.tool": tool.name, "polyloop.call_id": validated.call.id }))
   )
 }
 
