@@ -5,12 +5,13 @@
  * @since 0.1.0
  */
 import * as Schema from "effect/Schema"
+import { JsonValue } from "./internal/jsonValue.js"
 
 /** A tool call: the model asks for the tool `name` with `arguments` (already parsed JSON). */
 export const ToolCall = Schema.TaggedStruct("ToolCall", {
   id: Schema.String,
   name: Schema.String,
-  arguments: Schema.Unknown
+  arguments: JsonValue
 })
 /** @since 0.1.0 */
 export interface ToolCall extends Schema.Schema.Type<typeof ToolCall> {}

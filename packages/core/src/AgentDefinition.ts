@@ -7,7 +7,7 @@
 import * as Duration from "effect/Duration"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import { Budget } from "./Budget.js"
+import { Budget, FiniteDurationFromMillis } from "./Budget.js"
 import { ModelSettings } from "./ModelSettings.js"
 import * as SyntheticObservations from "./SyntheticObservations.js"
 
@@ -15,8 +15,8 @@ import * as SyntheticObservations from "./SyntheticObservations.js"
 export const ModelRetry = Schema.Struct({
   /** Attempts in all, the first included; 1 means no retry. */
   maxAttempts: Schema.Int.pipe(Schema.positive()),
-  baseDelay: Schema.DurationFromMillis,
-  maxDelay: Schema.DurationFromMillis
+  baseDelay: FiniteDurationFromMillis,
+  maxDelay: FiniteDurationFromMillis
 })
 /** @since 0.1.0 */
 export interface ModelRetry extends Schema.Schema.Type<typeof ModelRetry> {}

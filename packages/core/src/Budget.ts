@@ -3,7 +3,20 @@
  *
  * @since 0.1.0
  */
+import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
+
+/**
+ * A finite duration, encoded as milliseconds (so kept to millisecond precision; its arbitrary
+ * generates whole milliseconds). An infinite duration would be encoded as `Infinity`, which
+ * JSON writes as `null` and cannot read back: it is refused at encoding (to leave a budget item
+ * unbounded, omit it).
+ */
+export const FiniteDurationFromMillis = Schema.DurationFromMillis.pipe(
+  Schema.filter((duration) => Duration.isFinite(duration), { message: () => "expected a finite duration" })
+).annotations({
+  arbitrary: () => (fc) => fc.integer({ min: 0, max: 2 ** 40 }).map((millis) => Duration.millis(millis))
+})
 
 /**
  * `maxSteps` is required: it bounds a model retrying a bad tool forever. Invalid decisions,
@@ -14,7 +27,7 @@ export const Budget = Schema.Struct({
   maxEffectiveSteps: Schema.optional(Schema.Int.pipe(Schema.positive())),
   maxTokens: Schema.optional(Schema.Int.pipe(Schema.positive())),
   /** Encoded as milliseconds; time spent crashed does not count. */
-  maxDuration: Schema.optional(Schema.DurationFromMillis)
+  maxDuration: Schema.optional(FiniteDurationFromMillis)
 })
 /** @since 0.1.0 */
 export interface Budget extends Schema.Schema.Type<typeof Budget> {}

@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import * as Schema from "effect/Schema"
+import { JsonValue } from "./internal/jsonValue.js"
 
 /**
  * A tool handler's way to say "the environment is broken" (cannot connect, protocol violated):
@@ -70,7 +71,7 @@ export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
 }) {}
 
 /** One difference between the recorded and the current snapshot: `[path, recorded, current]`. */
-export const SnapshotDifference = Schema.Tuple(Schema.String, Schema.Unknown, Schema.Unknown)
+export const SnapshotDifference = Schema.Tuple(Schema.String, JsonValue, JsonValue)
 /** @since 0.1.0 */
 export type SnapshotDifference = typeof SnapshotDifference.Type
 

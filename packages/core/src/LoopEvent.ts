@@ -14,9 +14,9 @@ import { RunCounters } from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
 
 /** A fresh run began. */
-export const RunStarted = Schema.TaggedStruct("RunStarted", { runId: RunId, task: Schema.String, snapshotHash: Schema.String, at: Schema.Number })
+export const RunStarted = Schema.TaggedStruct("RunStarted", { runId: RunId, task: Schema.String, snapshotHash: Schema.String, at: Schema.Finite })
 /** An unfinished run was taken up again. */
-export const RunResumed = Schema.TaggedStruct("RunResumed", { runId: RunId, fromStep: Schema.Int, at: Schema.Number })
+export const RunResumed = Schema.TaggedStruct("RunResumed", { runId: RunId, fromStep: Schema.Int, at: Schema.Finite })
 /** A step began (the model is about to be called). */
 export const StepStarted = Schema.TaggedStruct("StepStarted", { runId: RunId, step: Schema.Int })
 /** The model replied and the reply is durable. */
@@ -38,7 +38,7 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
   step: Schema.Int,
   decision: Schema.Literal("Act", "Finish", "NoAction", "InvalidDecision"),
   usage: Usage,
-  elapsed: Schema.Number
+  elapsed: Schema.Finite
 })
 /** The run finished. */
 export const RunFinished = Schema.TaggedStruct("RunFinished", { runId: RunId, stopReason: StopReason, counters: RunCounters })

@@ -13,6 +13,7 @@ import type * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import type { ModelError } from "./Errors.js"
+import { JsonValue } from "./internal/jsonValue.js"
 import { Message } from "./Message.js"
 import type { ModelReply } from "./ModelReply.js"
 import { ModelSettings } from "./ModelSettings.js"
@@ -21,7 +22,7 @@ import { ModelSettings } from "./ModelSettings.js"
 export const ToolDefinition = Schema.Struct({
   name: Schema.String,
   description: Schema.String,
-  parameters: Schema.Unknown
+  parameters: JsonValue
 })
 /** @since 0.1.0 */
 export interface ToolDefinition extends Schema.Schema.Type<typeof ToolDefinition> {}

@@ -10,7 +10,7 @@ export const Json: Schema.Schema<Json> = Schema.suspend(() =>
   Schema.Union(
     Schema.Null,
     Schema.Boolean,
-    Schema.Number,
+    Schema.Finite,
     Schema.String,
     Schema.Array(Json),
     Schema.Record({ key: Schema.String, value: Json })
@@ -22,8 +22,8 @@ export type Json = null | boolean | number | string | ReadonlyArray<Json> | { re
 /** Model settings. `extra` carries provider-specific options verbatim. */
 export const ModelSettings = Schema.Struct({
   model: Schema.optional(Schema.String),
-  temperature: Schema.optional(Schema.Number),
-  topP: Schema.optional(Schema.Number),
+  temperature: Schema.optional(Schema.Finite),
+  topP: Schema.optional(Schema.Finite),
   maxOutputTokens: Schema.optional(Schema.Int),
   seed: Schema.optional(Schema.Int),
   stop: Schema.optional(Schema.Array(Schema.String)),

@@ -9,6 +9,7 @@ import * as Schema from "effect/Schema"
 import { Action } from "./Action.js"
 import { ActionOutcome } from "./ActionOutcome.js"
 import { ResultId, RunId, Seq, StepIndex } from "./Ids.js"
+import { JsonValue } from "./internal/jsonValue.js"
 import { ModelReply, Usage } from "./ModelReply.js"
 import { ParsedReply } from "./ParsedReply.js"
 import { StopReason } from "./StopReason.js"
@@ -19,7 +20,7 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", {
   runId: RunId,
   task: Schema.String,
   /** Canonical JSON value of the snapshot (SPEC §8). */
-  snapshot: Schema.Unknown,
+  snapshot: JsonValue,
   snapshotHash: Schema.String,
   /** Epoch milliseconds, from `Clock` (finite: it must survive the JSON a store writes). */
   startedAt: Schema.Finite
