@@ -4,6 +4,7 @@
  *
  * @since 0.1.0
  */
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -88,7 +89,8 @@ export const isDerivedFrom = (executor: DerivedExecutor, registry: ToolRegistry<
 
 const formatIssues = (error: ParseResult.ParseError): string =>
   ParseResult.ArrayFormatter.formatErrorSync(error)
-    .map((issue) => (issue.path.length > 0 ? `${issue.path.join(".")}: ${issue.message}` : issue.message))
+    // `String` on each key: a symbol key would make `join` throw, and `validate` is total.
+    .map((issue) => (issue.path.length > 0 ? `${issue.path.map(String).join(".")}: ${issue.message}` : issue.message))
     .join("; ")
 
 const errorName = (value: unknown): string => {
@@ -216,7 +218,9 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
       Effect.suspend(() => {
         const missing = tools.filter((tool) => tool.handler === undefined).map((tool) => tool.name)
         if (missing.length > 0) return Effect.fail(new MissingToolHandler({ tools: missing }))
-        return Effect.map(Effect.context<never>(), (context) => {
+        // The services the handlers need are captured now; a `ToolContext` that happens to be in
+        // scope at derivation is dropped, so it can never shadow the one of the call being served.
+        return Effect.map(Effect.map(Effect.context<never>(), Context.omit(ToolContext.ToolContext)), (context) => {
           const executeReport = (action: Action): Effect.Effect<ExecutionReport> => {
             if (action._tag !== "ToolCall") {
               return Effect.succeed({

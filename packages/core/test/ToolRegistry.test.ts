@@ -381,6 +381,24 @@ describe("ToolRegistry.executor", () => {
       assert.strictEqual(standalone.observation, "standalone|0|c9|standalone/0/c9")
     }))
 
+  it.effect("a ToolContext in scope when the executor is derived never shadows the call's own", () =>
+    Effect.gen(function*() {
+      const whoami = Tool.make({
+        name: "whoami",
+        description: "",
+        parameters: Schema.Struct({}),
+        handler: () => Effect.map(ToolContext.ToolContext, (ctx) => ctx.idempotencyKey)
+      })
+      const executor = yield* ToolRegistry.make(whoami).executor().pipe(
+        Effect.provideService(ToolContext.ToolContext, ToolContext.make({ runId: "derivation", step: 9, callId: "x" }))
+      )
+      const outcome = yield* executor.execute(call("whoami", {}, "call_1")).pipe(
+        Effect.provideService(ToolContext.ToolContext, ToolContext.make({ runId: "run-2", step: 1, callId: "call_1" }))
+      )
+      assert.strictEqual(outcome.observation, "run-2/1/call_1")
+      assert.strictEqual((yield* executor.execute(call("whoami", {}, "c"))).observation, "standalone/0/c")
+    }))
+
   it.effect("services the handlers need are taken when the executor is derived", () =>
     Effect.gen(function*() {
       class Greeting extends Context.Tag("test/Greeting")<Greeting, { readonly hello: (name: string) => string }>() {}
@@ -447,6 +465,14 @@ describe("ToolRegistry: modelView, validate, restrictTo, duplicates, isDerivedFr
     const ok = Either.getOrThrow(registry.validate(call("read", { path: "a" })))
     assert.deepStrictEqual(ok.args, { path: "a" })
     assert.strictEqual(ok.tool.name, "read")
+  })
+
+  it("validate is total even when a parameter schema has symbol keys", () => {
+    const key = Symbol.for("test/secret")
+    const registry = ToolRegistry.make(noop("sym", Schema.Struct({ [key]: Schema.String })))
+    const result = registry.validate(call("sym", {}))
+    assert.isTrue(Either.isLeft(result) && result.left._tag === "InvalidArguments")
+    if (Either.isLeft(result)) assert.include(result.left.message, "Symbol(test/secret)")
   })
 
   const validationRegistry = ToolRegistry.make(
