@@ -1,0 +1,223 @@
+/**
+ * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill
+ * itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's
+ * transcript; `export` writes a run's records as JSON or JSON lines. Every subcommand takes
+ * `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and `--json` for machine output.
+ *
+ * @since 0.1.0
+ */
+import * as Args from "@effect/cli/Args"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as FileSystem from "@effect/platform/FileSystem"
+import { RunId } from "@polyloop/core/Ids"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as StopReason from "@polyloop/core/StopReason"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import { CliError } from "./CliError.js"
+import * as Demo from "./Demo.js"
+import * as Format from "./Format.js"
+import * as Store from "./Store.js"
+import * as Style from "./Style.js"
+import * as Transcript from "./Transcript.js"
+
+/** The command's version. */
+export const version = "0.1.0"
+
+const db = Options.file("db").pipe(
+  Options.withDefault("./polyloop.db"),
+  Options.withDescription("the SQLite file of the run store")
+)
+const pg = Options.redacted("pg").pipe(
+  Options.optional,
+  Options.withDescription("a PostgreSQL connection URL (instead of --db)")
+)
+const json = Options.boolean("json").pipe(Options.withDescription("machine output: JSON instead of text"))
+const runIdArg = Args.text({ name: "runId" }).pipe(Args.withDescription("the run id (see polyloop runs)"))
+
+const location = (options: { readonly db: string; readonly pg: Option.Option<Redacted.Redacted> }): Store.Location => ({
+  db: options.db,
+  pg: options.pg
+})
+
+const decodeRunId = (value: string) =>
+  Schema.decodeUnknown(RunId)(value).pipe(
+    Effect.mapError(() => new CliError({ message: `${JSON.stringify(value)} is not a valid run id (1 to 200 characters)` }))
+  )
+
+// -----------------------------------------------------------------------------
+// demo
+// -----------------------------------------------------------------------------
+
+/** `polyloop demo`. */
+export const demo = Command.make(
+  "demo",
+  {
+    db,
+    pg,
+    json,
+    run: Options.text("run").pipe(Options.optional, Options.withDescription("run (or resume) this run id instead of a fresh one")),
+    resume: Options.boolean("resume").pipe(Options.withDescription("resume the newest unfinished demo run")),
+    crashAt: Options.integer("crash-at").pipe(
+      Options.optional,
+      Options.withDescription("kill this process with SIGKILL during step N (resume it with --run <id>)")
+    ),
+    model: Options.text("model").pipe(
+      Options.optional,
+      Options.withDescription("use a real model through an OpenAI-compatible API (needs POLYLOOP_API_KEY or POLYLOOP_BASE_URL)")
+    )
+  },
+  (options) =>
+    Effect.gen(function*() {
+      const style = yield* Style.detect
+      yield* Demo.run({
+        location: location(options),
+        run: options.run,
+        resume: options.resume,
+        crashAt: options.crashAt,
+        model: options.model,
+        json: options.json,
+        style: options.json ? Style.plain : style
+      }).pipe(Effect.provide(Store.layerCreate(location(options))))
+    })
+).pipe(
+  Command.withDescription(
+    "Run the example GovDoc-like agent (examples/govdoc.ts) on the run store with a scripted model, printing each step; " +
+      "--crash-at N kills it mid-step, --run <id> resumes it."
+  )
+)
+
+// -----------------------------------------------------------------------------
+// runs
+// -----------------------------------------------------------------------------
+
+const encodeSummaries = Schema.encodeSync(Schema.Array(RunLogStore.RunSummary))
+
+/** `polyloop runs`. */
+export const runs = Command.make(
+  "runs",
+  {
+    db,
+    pg,
+    json,
+    limit: Options.integer("limit").pipe(Options.optional, Options.withDescription("at most this many runs (newest first)")),
+    status: Options.choice("status", ["finished", "unfinished"]).pipe(Options.optional, Options.withDescription("only finished or unfinished runs"))
+  },
+  (options) =>
+    Effect.gen(function*() {
+      if (Option.isSome(options.limit) && options.limit.value < 0) {
+        return yield* new CliError({ message: `--limit must be 0 or more, not ${options.limit.value}` })
+      }
+      const store = yield* RunLogStore.RunLogStore
+      const summaries = yield* store.listRuns({
+        ...(Option.isSome(options.limit) ? { limit: options.limit.value } : {}),
+        ...(Option.isSome(options.status) ? { status: options.status.value === "finished" ? "Finished" : "Unfinished" } : {})
+      })
+      if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+      const style = yield* Style.detect
+      if (summaries.length === 0) return yield* Console.log(`no runs in ${Store.describe(location(options))}`)
+      const rows = summaries.map((summary) => [
+        summary.runId,
+        summary.agent,
+        summary.status === "Finished" ? style.green("finished") : style.yellow("unfinished"),
+        Option.match(summary.stopReason, {
+          onNone: () => "-",
+          onSome: (reason) => reason._tag === "Completed" ? StopReason.format(reason) : style.red(StopReason.format(reason))
+        }),
+        String(summary.steps),
+        String(summary.effectiveSteps),
+        String(summary.tokens),
+        Format.time(summary.startedAt),
+        Format.duration(summary.elapsed)
+      ])
+      yield* Console.log(
+        Format.table(
+          style,
+          [
+            { header: "RUN" },
+            { header: "AGENT" },
+            { header: "STATUS" },
+            { header: "STOP REASON" },
+            { header: "STEPS", align: "right" },
+            { header: "EFFECTIVE", align: "right" },
+            { header: "TOKENS", align: "right" },
+            { header: "STARTED (UTC)" },
+            { header: "DURATION", align: "right" }
+          ],
+          rows
+        )
+      )
+    }).pipe(Effect.provide(Store.layerExisting(location(options))))
+).pipe(Command.withDescription("List the runs of the store, newest first (DURATION is step time: time spent crashed does not count)."))
+
+// -----------------------------------------------------------------------------
+// show
+// -----------------------------------------------------------------------------
+
+/** `polyloop show <runId>`. */
+export const show = Command.make(
+  "show",
+  { db, pg, json, runId: runIdArg },
+  (options) =>
+    Effect.gen(function*() {
+      const runId = yield* decodeRunId(options.runId)
+      const transcript = yield* Transcript.read(runId)
+      if (options.json) return yield* Console.log(JSON.stringify(Transcript.toJson(transcript), null, 2))
+      const style = yield* Style.detect
+      yield* Console.log(Transcript.render(style, transcript))
+    }).pipe(Effect.provide(Store.layerExisting(location(options))))
+).pipe(
+  Command.withDescription(
+    "Print a run's transcript: each step's reply, action, status, the observation that entered history (marked when synthetic) and the executor's own text."
+  )
+)
+
+// -----------------------------------------------------------------------------
+// export
+// -----------------------------------------------------------------------------
+
+/** `polyloop export <runId>`. */
+export const exportRun = Command.make(
+  "export",
+  {
+    db,
+    pg,
+    runId: runIdArg,
+    format: Options.choice("format", ["json", "jsonl"]).pipe(Options.withDefault("jsonl" as const), Options.withDescription("json: one document; jsonl: one record per line")),
+    out: Options.file("out").pipe(Options.optional, Options.withDescription("write to this file instead of standard output"))
+  },
+  (options) =>
+    Effect.gen(function*() {
+      const runId = yield* decodeRunId(options.runId)
+      const store = yield* RunLogStore.RunLogStore
+      const log = yield* store.readLog(runId)
+      if (Option.isNone(log.started)) {
+        return yield* new CliError({ message: `no run with id ${JSON.stringify(runId)} in the store` })
+      }
+      const text = Transcript.exportLog(runId, log, options.format)
+      if (Option.isNone(options.out)) return yield* Effect.sync(() => process.stdout.write(text))
+      const fs = yield* FileSystem.FileSystem
+      const target = options.out.value
+      yield* fs.writeFileString(target, text).pipe(
+        Effect.mapError((error) => new CliError({ message: `cannot write ${target}: ${error.message}` }))
+      )
+      yield* Console.error(`wrote ${text.length} characters (${options.format}) to ${target}`)
+    }).pipe(Effect.provide(Store.layerExisting(location(options))))
+).pipe(Command.withDescription("Write a run's records (as the store encodes them) as JSON or JSON lines, to standard output or --out."))
+
+// -----------------------------------------------------------------------------
+// polyloop
+// -----------------------------------------------------------------------------
+
+/** `polyloop` and its subcommands. */
+export const command = Command.make("polyloop").pipe(
+  Command.withDescription("Durable, reproducible LLM agent loops: run the demo, list runs, show and export them."),
+  Command.withSubcommands([demo, runs, show, exportRun])
+)
+
+/** Runs the command on `process.argv`-style arguments. */
+export const run = Command.run(command, { name: "polyloop", version })

@@ -1,0 +1,241 @@
+/**
+ * The transcript of a run, read back from its log (what `polyloop show` prints): each step's
+ * reply, decision, action, status, the observation that entered history (marked when synthetic)
+ * and, for audit, the executor's own text; the resumes where they happened; the budget and what
+ * was used of it. Also the export of a run's records as JSON or JSON lines.
+ *
+ * @since 0.1.0
+ */
+import type { Budget } from "@polyloop/core/Budget"
+import type { RunId } from "@polyloop/core/Ids"
+import { totalTokens } from "@polyloop/core/ModelReply"
+import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Snapshot from "@polyloop/core/Snapshot"
+import * as StopReason from "@polyloop/core/StopReason"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import { CliError } from "./CliError.js"
+import * as Format from "./Format.js"
+import type { Style } from "./Style.js"
+
+/** One step as the log holds it. A step whose reply is logged but that never completed has no `completed`. */
+export interface Step {
+  readonly step: number
+  readonly reply: RunLog.ModelReplied | undefined
+  readonly result: RunLog.ActionResulted | undefined
+  readonly completed: RunLog.StepCompleted | undefined
+  /** The step's reply was logged before a crash and the step was completed by a resume. */
+  readonly settledOnResume: boolean
+}
+
+/** A run's transcript. */
+export interface Transcript {
+  readonly runId: RunId
+  readonly started: RunLog.RunStarted
+  readonly summary: RunLogStore.RunSummary
+  /** The recorded snapshot, decoded (none if it does not decode with this version). */
+  readonly snapshot: Option.Option<Snapshot.Snapshot>
+  readonly steps: ReadonlyArray<Step>
+  readonly resumes: ReadonlyArray<RunLog.RunResumed>
+  readonly finished: Option.Option<RunLog.RunFinished>
+}
+
+const decodeSnapshot = Schema.decodeUnknownOption(Snapshot.Snapshot)
+
+/** Builds the transcript of a log; none for the empty log (an unknown run). */
+export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
+  Option.flatMap(log.started, (started) =>
+    Option.map(RunLogStore.summarize(log), (summary) => {
+      const byStep = new Map<number, { reply?: RunLog.ModelReplied; result?: RunLog.ActionResulted; completed?: RunLog.StepCompleted }>()
+      const entry = (step: number) => {
+        let found = byStep.get(step)
+        if (found === undefined) {
+          found = {}
+          byStep.set(step, found)
+        }
+        return found
+      }
+      for (const reply of log.replies) entry(reply.step).reply = reply
+      for (const result of log.results) entry(result.step).result = result
+      for (const completed of log.steps) entry(completed.step).completed = completed
+      const steps = [...byStep.entries()]
+        .sort(([a], [b]) => a - b)
+        .map(([step, found]): Step => ({
+          step,
+          reply: found.reply,
+          result: found.result,
+          completed: found.completed,
+          settledOnResume: found.reply !== undefined && found.completed !== undefined &&
+            log.resumes.some((resume) => resume.seq > found.reply!.seq && resume.seq < found.completed!.seq)
+        }))
+      return {
+        runId: started.runId,
+        started,
+        summary,
+        snapshot: decodeSnapshot(started.snapshot),
+        steps,
+        resumes: log.resumes,
+        finished: log.finished
+      }
+    }))
+
+/** Reads a run's transcript; an unknown run id is a `CliError`. */
+export const read = (runId: RunId) =>
+  Effect.flatMap(RunLogStore.RunLogStore, (store) => store.readLog(runId)).pipe(
+    Effect.flatMap((log) =>
+      Option.match(fromLog(log), {
+        onNone: () => Effect.fail(new CliError({ message: `no run with id ${JSON.stringify(runId)} in the store` })),
+        onSome: Effect.succeed
+      })
+    )
+  )
+
+/** The budget of the run, from its snapshot. */
+export const budgetOf = (transcript: Transcript): Budget | undefined =>
+  Option.getOrUndefined(Option.map(transcript.snapshot, (snapshot) => snapshot.agent.budget))
+
+/** The replay policy a tool had in the run's snapshot. */
+const replayPolicyOf = (transcript: Transcript, tool: string): string | undefined =>
+  Option.getOrUndefined(
+    Option.flatMap(transcript.snapshot, (snapshot) => Option.fromNullable(snapshot.tools.find((t) => t.name === tool)?.replayPolicy))
+  )
+
+/** The status of a run with its stop reason, e.g. `Finished: Completed(Tool)`. */
+export const statusLine = (style: Style, summary: RunLogStore.RunSummary): string =>
+  Option.match(summary.stopReason, {
+    onNone: () => style.yellow("Unfinished"),
+    onSome: (reason) => `Finished: ${reason._tag === "Completed" ? style.green(StopReason.format(reason)) : style.red(StopReason.format(reason))}`
+  })
+
+const label = (style: Style, name: string) => style.dim(name.padEnd(13))
+
+const block = (style: Style, name: string, text: string): string => `  ${label(style, name)}${Format.indent(text === "" ? style.dim("(empty)") : text, 15)}`
+
+/** The transcript as text. */
+export const render = (style: Style, transcript: Transcript): string => {
+  const { started, summary } = transcript
+  const budget = budgetOf(transcript)
+  const lines: Array<string> = []
+  const answer = Option.flatMap(summary.stopReason, (reason) => Option.fromNullable(reason._tag === "Completed" ? reason.answer : undefined))
+  lines.push(`${style.bold(`run ${transcript.runId}`)}  agent ${style.cyan(summary.agent)}  ${statusLine(style, summary)}`)
+  lines.push(`  ${label(style, "task")}${Format.indent(started.task, 15)}`)
+  lines.push(`  ${label(style, "started")}${Format.time(started.startedAt)}${transcript.resumes.length > 0 ? `, resumed ${transcript.resumes.length}×` : ""}`)
+  Option.map(transcript.snapshot, (snapshot) => lines.push(`  ${label(style, "parser")}${snapshot.parser}`))
+  lines.push(`  ${label(style, "snapshot")}sha256 ${started.snapshotHash.slice(0, 16)}…`)
+  lines.push(`  ${label(style, "budget used")}${Format.budgetUsed({ ...summary, elapsed: summary.elapsed }, budget)}`)
+  if (Option.isSome(answer)) lines.push(`  ${label(style, "answer")}${Format.indent(answer.value, 15)}`)
+  Option.map(Option.flatMap(summary.stopReason, (r) => (r._tag === "EnvError" ? Option.some(r.message) : Option.none())), (message) =>
+    lines.push(`  ${label(style, "env error")}${style.red(message)}`))
+
+  const resumesAt = (step: number) => transcript.resumes.filter((resume) => resume.fromStep === step)
+  for (const step of transcript.steps) {
+    for (const resume of resumesAt(step.step)) {
+      lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
+    }
+    const usage = step.reply?.reply.usage
+    const facts = [
+      step.completed === undefined ? undefined : Format.duration(step.completed.elapsed),
+      usage === undefined ? undefined : `${usage.inputTokens}+${usage.outputTokens} tokens`
+    ].filter((fact) => fact !== undefined)
+    lines.push("", `${style.bold(`step ${step.step}`)}  ${style.dim(facts.join(" · "))}`)
+    if (step.reply !== undefined) {
+      const reply = step.reply.reply
+      lines.push(block(style, "reply", reply.text))
+      for (const call of reply.toolCalls) lines.push(block(style, "tool call", `${call.name}(${call.argumentsText}) [${call.id}]`))
+    }
+    if (step.completed === undefined) {
+      lines.push(`  ${style.yellow("interrupted: the reply is logged but the step did not complete (the process stopped mid-step)")}`)
+      continue
+    }
+    const decision = step.completed.decision
+    if (decision._tag !== "Act") lines.push(block(style, "decision", Format.decision(decision, 10_000)))
+    const result = step.result
+    if (result !== undefined) {
+      const outcome = result.outcome
+      lines.push(block(style, "action", Format.action(result.action, 10_000)))
+      const notes: Array<string> = []
+      if (step.settledOnResume) {
+        const policy = result.action._tag === "ToolCall" ? replayPolicyOf(transcript, result.action.name) : undefined
+        notes.push(
+          outcome.observationIsSynthetic && result.executorObservation === ""
+            ? `settled on resume: not run again (replay policy ${policy ?? "Never"})`
+            : `settled on resume: run again (replay policy ${policy ?? "Always"})`
+        )
+      }
+      if (result.handlerFailed) notes.push("the handler failed")
+      lines.push(block(style, "status", `${Format.status(style, outcome.status)}${notes.length > 0 ? style.dim(`  (${notes.join("; ")})`) : ""}`))
+      const marker = outcome.observationIsSynthetic ? `${style.magenta("[synthetic]")} ` : ""
+      const cut = outcome.observationTruncatedChars > 0 ? style.dim(` [${outcome.observationTruncatedChars} characters cut]`) : ""
+      lines.push(block(style, "observation", `${marker}${outcome.observation}${cut}`))
+      if (outcome.observationIsSynthetic || result.executorObservation !== outcome.observation) {
+        lines.push(
+          block(
+            style,
+            "executor",
+            result.executorObservation === ""
+              ? style.dim("(no text: the action did not run)")
+              : `${style.dim("(audit, not in history)")} ${result.executorObservation}`
+          )
+        )
+      }
+    } else if (decision._tag === "Act") {
+      lines.push(block(style, "action", Format.action(decision.action, 10_000)))
+    }
+  }
+  for (const resume of transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))) {
+    lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
+  }
+  lines.push("")
+  lines.push(
+    Option.match(transcript.finished, {
+      onNone: () => style.yellow(`unfinished after ${summary.steps} steps: resume it with Agent.run on the same run id (or polyloop demo --run ${transcript.runId} for a demo run)`),
+      onSome: (finished) =>
+        `${style.bold("finished")} ${Format.time(finished.finishedAt)}: ${StopReason.format(finished.stopReason)} after ${finished.counters.steps} steps (${finished.counters.effectiveSteps} effective), ` +
+        `${totalTokens(finished.counters.usage)} tokens, ${Format.duration(finished.counters.elapsed)} of step time`
+    })
+  )
+  return lines.join("\n")
+}
+
+const encodeUsage = (usage: { readonly inputTokens: number; readonly outputTokens: number }) => ({ input: usage.inputTokens, output: usage.outputTokens })
+const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
+const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
+
+/** The transcript as a JSON value (`polyloop show --json`): records in their logged (encoded) form. */
+export const toJson = (transcript: Transcript): unknown => {
+  const budget = budgetOf(transcript)
+  return {
+    runId: transcript.runId,
+    summary: encodeSummary(transcript.summary),
+    task: transcript.started.task,
+    snapshotHash: transcript.started.snapshotHash,
+    budget: budget === undefined ? null : Schema.encodeSync(Snapshot.Snapshot.fields.agent.fields.budget)(budget),
+    resumes: transcript.resumes.map((resume) => ({ fromStep: resume.fromStep, at: resume.at })),
+    steps: transcript.steps.map((step) => ({
+      step: step.step,
+      completed: step.completed !== undefined,
+      settledOnResume: step.settledOnResume,
+      reply: step.reply === undefined ? null : encodeRecord(step.reply),
+      result: step.result === undefined ? null : encodeRecord(step.result),
+      completion: step.completed === undefined ? null : encodeRecord(step.completed),
+      tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage)
+    })),
+    finished: Option.getOrNull(Option.map(transcript.finished, encodeRecord))
+  }
+}
+
+/** Export formats. */
+export type ExportFormat = "json" | "jsonl"
+
+/**
+ * A run's records as the store encodes them, in sequence order: `jsonl` is one record per line;
+ * `json` is one document `{ runId, records }`. Both end with a newline.
+ */
+export const exportLog = (runId: RunId, log: RunLog.RunLog, format: ExportFormat): string => {
+  const records = RunLog.records(log).map((record) => RunLogStore.encodeRecord(record))
+  return format === "jsonl"
+    ? records.map((line) => `${line}\n`).join("")
+    : `${JSON.stringify({ runId, records: records.map((line) => JSON.parse(line) as unknown) }, null, 2)}\n`
+}

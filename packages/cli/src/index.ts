@@ -1,0 +1,40 @@
+/**
+ * @polyloop/cli
+ *
+ * @since 0.1.0
+ */
+
+/**
+ * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's transcript; `export` writes a run's records as JSON or JSON lines. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and `--json` for machine output.
+ */
+export * as Cli from "./Cli.js"
+
+/**
+ * The command's own failure, and the one-line description of every failure it can meet: a user of the command sees `polyloop: <what went wrong>` and a non-zero exit code, never a stack trace.
+ */
+export * as CliError from "./CliError.js"
+
+/**
+ * `polyloop demo`: runs the GovDoc-like tool-calling agent of `examples/govdoc.ts` on the run store (the SQLite file `./polyloop.db` by default) with a scripted model, printing each step as it happens from the loop's events, then a summary.
+ */
+export * as Demo from "./Demo.js"
+
+/**
+ * Text helpers of the `polyloop` command: one-line previews, times, durations, token counts, actions, statuses and aligned tables (widths computed on the visible text, so coloured cells line up).
+ */
+export * as Format from "./Format.js"
+
+/**
+ * Opening the run log store the command works on: a SQLite file (`--db`, default `./polyloop.db`) or a PostgreSQL database (`--pg <url>`), through `@polyloop/sql`.
+ */
+export * as Store from "./Store.js"
+
+/**
+ * Terminal styling for the `polyloop` command: colour when standard output is a terminal (and `NO_COLOR` is not set, or `FORCE_COLOR` is), plain text otherwise — so piped output and tests see no escape codes. Colours come from `@effect/printer-ansi`.
+ */
+export * as Style from "./Style.js"
+
+/**
+ * The transcript of a run, read back from its log (what `polyloop show` prints): each step's reply, decision, action, status, the observation that entered history (marked when synthetic) and, for audit, the executor's own text; the resumes where they happened; the budget and what was used of it. Also the export of a run's records as JSON or JSON lines.
+ */
+export * as Transcript from "./Transcript.js"
