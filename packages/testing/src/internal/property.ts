@@ -62,7 +62,7 @@ export const make = <A>(options: {
   numRuns: options.numRuns,
   cases: options.arbitrary.map((input): Case => ({
     input,
-    check: Effect.suspend(() => options.check(input)),
+    check: Effect.asVoid(Effect.suspend(() => options.check(input))),
     [FastCheck.toStringMethod]: () => printInput(input)
   } as Case))
 })

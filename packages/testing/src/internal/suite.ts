@@ -5,7 +5,7 @@
  *
  * @internal
  */
-import { describe, it } from "@effect/vitest"
+import { describe, it, type Vitest } from "@effect/vitest"
 import type { Property } from "./property.js"
 
 /** Options common to every suite's registration. */
@@ -19,10 +19,15 @@ export interface RegisterOptions {
 }
 
 /** Registers a suite's properties as vitest tests. */
-export const register = (title: string, properties: Readonly<Record<string, Property>>, options?: RegisterOptions): void => {
+export const register = (
+  title: string,
+  properties: Readonly<Record<string, Property>>,
+  options?: RegisterOptions,
+  api: Pick<Vitest.Methods, "live"> = it
+): void => {
   describe(title, () => {
     for (const property of Object.values(properties)) {
-      it.live.prop(property.name, [property.cases], ([c]) => c.check, {
+      api.live.prop(property.name, [property.cases], ([c]) => c.check, {
         timeout: options?.timeout ?? 30_000,
         fastCheck: {
           numRuns: options?.numRuns ?? property.numRuns,
