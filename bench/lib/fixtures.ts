@@ -16,8 +16,8 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 
 /** The no-op tool: takes `{ n }`, returns a constant observation. */
@@ -56,11 +56,17 @@ export const request = (runId: string, maxSteps: number): Agent.RunRequest => ({
   tools
 })
 
-/** Parser, executor (derived from the registry) and a no-op event sink. */
-export const loopServices: Layer.Layer<DecisionParser.DecisionParser | ActionExecutor.ActionExecutor | EventSink.EventSink> = Layer.mergeAll(
-  NativeToolCallParser.layer(),
-  Layer.orDie(ToolRegistry.layerExecutor(tools)),
-  EventSink.layerNoop
+/**
+ * Parser, executor (derived from the registry) and a no-op event sink, built once: a run is
+ * given a ready context, so no layer is built per run (as in an application that provides its
+ * layers once and runs many runs).
+ */
+export const loopServices: Context.Context<DecisionParser.DecisionParser | ActionExecutor.ActionExecutor | EventSink.EventSink> = Context.make(
+  DecisionParser.DecisionParser,
+  NativeToolCallParser.make()
+).pipe(
+  Context.add(ActionExecutor.ActionExecutor, Effect.runSync(Effect.orDie(tools.executor()))),
+  Context.add(EventSink.EventSink, EventSink.make(() => Effect.void))
 )
 
 /** What the benchmark model does besides replying: stop a run at a step, report each call. */
@@ -77,8 +83,8 @@ export interface ModelOptions {
  * reply and the tool's answer), which holds for these runs and after a resume. Unlike
  * `ScriptedModel` it keeps no record of the requests, so memory per run is the loop's own.
  */
-export const model = (script: ReadonlyArray<ModelReply.ModelReply>, options: ModelOptions = {}): Layer.Layer<ModelClient.ModelClient> =>
-  ModelClient.layer((request) => {
+export const model = (script: ReadonlyArray<ModelReply.ModelReply>, options: ModelOptions = {}): ModelClient.ModelClient.Service =>
+  ModelClient.make((request) => {
     const step = (request.messages.length - 2) / 2
     if (!Number.isInteger(step)) return Effect.dieMessage(`bench model: unexpected history length ${request.messages.length}`)
     const reply: Effect.Effect<ModelReply.ModelReply, ModelError> = step === options.failAt
@@ -87,12 +93,12 @@ export const model = (script: ReadonlyArray<ModelReply.ModelReply>, options: Mod
     return options.onCall === undefined ? reply : Effect.zipRight(options.onCall(step), reply)
   })
 
-/** Runs one request against a store service with a model layer. */
+/** Runs one request against a store and a model. */
 export const runOn = (
   store: RunLogStore.RunLogStore.Service,
-  modelLayer: Layer.Layer<ModelClient.ModelClient>,
+  modelClient: ModelClient.ModelClient.Service,
   req: Agent.RunRequest
 ): Effect.Effect<Agent.RunResult, RunError> =>
   Agent.run(req).pipe(
-    Effect.provide(Layer.mergeAll(loopServices, modelLayer, Layer.succeed(RunLogStore.RunLogStore, store)))
+    Effect.provide(loopServices.pipe(Context.add(ModelClient.ModelClient, modelClient), Context.add(RunLogStore.RunLogStore, store)))
   )

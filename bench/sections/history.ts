@@ -8,15 +8,17 @@
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Effect from "effect/Effect"
 import * as F from "../lib/fixtures.js"
-import { median, now, type Reps, stat, type Stat } from "../lib/measure.js"
+import { cpuMicros, median, now, type Reps, stat, type Stat } from "../lib/measure.js"
 
 /** One line of the history table. */
 export interface HistoryRow {
   readonly atStep: number
   /** Messages in the request at that step. */
   readonly messages: number
-  /** µs per step (median over the window, median over runs). */
+  /** µs per step, wall clock (median over the window, median over runs). */
   readonly micros: Stat
+  /** µs per step, CPU time of the process (same medians). */
+  readonly cpuMicros: Stat
 }
 
 const window = 100
@@ -26,12 +28,15 @@ export const run = async (points: ReadonlyArray<number>, reps: Reps): Promise<Re
   const steps = Math.max(...points) + window + 1
   const script = F.replies(steps)
   const perPoint: Array<Array<number>> = points.map(() => [])
+  const perPointCpu: Array<Array<number>> = points.map(() => [])
   for (let r = 0; r < reps.warmup + reps.reps; r++) {
     const times = new Float64Array(steps)
+    const cpu = new Float64Array(steps)
     const model = F.model(script, {
       onCall: (step) =>
         Effect.sync(() => {
           times[step] = now()
+          cpu[step] = cpuMicros()
         })
     })
     const store = Effect.runSync(RunLogStore.makeMemory)
@@ -40,9 +45,14 @@ export const run = async (points: ReadonlyArray<number>, reps: Reps): Promise<Re
     if (r < reps.warmup) continue
     points.forEach((point, i) => {
       const deltas: Array<number> = []
-      for (let k = point; k < point + window; k++) deltas.push((times[k + 1]! - times[k]!) * 1000)
+      const cpuDeltas: Array<number> = []
+      for (let k = point; k < point + window; k++) {
+        deltas.push((times[k + 1]! - times[k]!) * 1000)
+        cpuDeltas.push(cpu[k + 1]! - cpu[k]!)
+      }
       perPoint[i]!.push(median(deltas))
+      perPointCpu[i]!.push(median(cpuDeltas))
     })
   }
-  return points.map((atStep, i) => ({ atStep, messages: 2 + 2 * atStep, micros: stat(perPoint[i]!) }))
+  return points.map((atStep, i) => ({ atStep, messages: 2 + 2 * atStep, micros: stat(perPoint[i]!), cpuMicros: stat(perPointCpu[i]!) }))
 }

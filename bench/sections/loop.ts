@@ -13,11 +13,14 @@ export interface LoopRow {
   readonly steps: number
   /** µs per step, wall clock. */
   readonly polyloop: Stat
-  /** µs per step, CPU time of the process. */
+  /** µs per step, CPU time of the process (what a step costs, whatever else the machine runs). */
   readonly polyloopCpu: Stat
   readonly bare: Stat
-  /** Median of polyloop / median of bare (wall). */
+  readonly bareCpu: Stat
+  /** Median of polyloop / median of bare, CPU time. */
   readonly ratio: number
+  /** The same ratio on wall-clock medians. */
+  readonly ratioWall: number
 }
 
 interface BareRecord {
@@ -78,35 +81,64 @@ export const polyloopRun = async (script: ReadonlyArray<ModelReply.ModelReply>, 
   return [((t1 - t0) * 1000) / steps, (c1 - c0) / steps]
 }
 
-/** The bare loop, repeated until it has run about 20,000 steps, in µs per step. */
-const bareRun = (script: ReadonlyArray<ModelReply.ModelReply>, steps: number): number => {
-  const repeat = Math.max(1, Math.round(20_000 / steps))
+/** The bare loop, repeated until it has run about 50,000 steps: [wall µs per step, CPU µs per step]. */
+const bareRun = (script: ReadonlyArray<ModelReply.ModelReply>, steps: number): readonly [number, number] => {
+  const repeat = Math.max(1, Math.round(50_000 / steps))
   let sink = 0
   const t0 = now()
+  const c0 = cpuMicros()
   for (let i = 0; i < repeat; i++) sink += bareLoop(script, steps)
+  const c1 = cpuMicros()
   const t1 = now()
   if (sink !== repeat * steps * 3) throw new Error("bare loop: wrong log length")
-  return ((t1 - t0) * 1000) / (steps * repeat)
+  return [((t1 - t0) * 1000) / (steps * repeat), (c1 - c0) / (steps * repeat)]
 }
 
-/** Runs the section. */
+/**
+ * Brings both loops to steady state (JIT tiers, inline caches) before anything is measured:
+ * `warmSteps` steps of each, in 200-step runs.
+ */
+export const warmUp = async (warmSteps: number): Promise<void> => {
+  const script = F.replies(200)
+  for (let done = 0; done < warmSteps; done += 200) {
+    await polyloopRun(script, 200)
+    bareRun(script, 200)
+  }
+}
+
+/** Runs the section (after `warmUp`). */
 export const run = async (sizes: ReadonlyArray<number>, repsFor: (steps: number) => Reps): Promise<ReadonlyArray<LoopRow>> => {
   const rows: Array<LoopRow> = []
   for (const steps of sizes) {
     const script = F.replies(steps)
     const cpu: Array<number> = []
+    const bareCpu: Array<number> = []
     const samples = await interleave(repsFor(steps), {
       polyloop: async () => {
         const [wall, c] = await polyloopRun(script, steps)
         cpu.push(c)
         return wall
       },
-      bare: async () => bareRun(script, steps)
+      bare: async () => {
+        const [wall, c] = bareRun(script, steps)
+        bareCpu.push(c)
+        return wall
+      }
     })
     const reps = repsFor(steps)
     const polyloop = stat(samples.polyloop)
     const bare = stat(samples.bare)
-    rows.push({ steps, polyloop, polyloopCpu: stat(cpu.slice(reps.warmup)), bare, ratio: polyloop.median / bare.median })
+    const polyloopCpu = stat(cpu.slice(reps.warmup))
+    const bareCpuStat = stat(bareCpu.slice(reps.warmup))
+    rows.push({
+      steps,
+      polyloop,
+      polyloopCpu,
+      bare,
+      bareCpu: bareCpuStat,
+      ratio: polyloopCpu.median / bareCpuStat.median,
+      ratioWall: polyloop.median / bare.median
+    })
   }
   return rows
 }

@@ -71,15 +71,16 @@ const once = (store: RunLogStore.RunLogStore.Service, runs: number, stepsPerRun:
 /** Runs the section. */
 export const run = async (
   dir: string,
-  options: { readonly runs: number; readonly memorySteps: number; readonly sqliteSteps: number; readonly reps: Reps }
+  options: { readonly runs: number; readonly memorySteps: number; readonly sqliteSteps: number; readonly reps: Reps; readonly sqliteReps: Reps }
 ): Promise<ReadonlyArray<ManyRow>> => {
   const rows: Array<ManyRow> = []
   const collect = async (storeName: "memory" | "sqlite", stepsPerRun: number, one: () => Promise<readonly [number, number]>) => {
     const speed: Array<number> = []
     const bytes: Array<number> = []
-    for (let i = 0; i < options.reps.warmup + options.reps.reps; i++) {
+    const reps = storeName === "memory" ? options.reps : options.sqliteReps
+    for (let i = 0; i < reps.warmup + reps.reps; i++) {
       const [s, b] = await one()
-      if (i >= options.reps.warmup) {
+      if (i >= reps.warmup) {
         speed.push(s)
         bytes.push(b)
       }
