@@ -178,6 +178,9 @@ const describeCase = (c: ActionCase): string => `${c.label ?? "action"} ${show(c
 export const properties = <E>(executor: ExecutorUnderTest<E>, options: Options): Readonly<Partial<Record<PropertyId, Property.Property>>> => {
   const factor = options.runsFactor ?? 1
   const runs = (n: number) => Math.max(1, Math.round(n * factor))
+  if (Array.isArray(options.cases) && options.cases.length === 0) {
+    throw new Error("ActionExecutorContract: `cases` is empty; give the actions of your action language to try")
+  }
   const cases: FastCheck.Arbitrary<ActionCase> = Array.isArray(options.cases)
     ? FastCheck.constantFrom(...(options.cases as ReadonlyArray<ActionCase>))
     : (options.cases as FastCheck.Arbitrary<ActionCase>)

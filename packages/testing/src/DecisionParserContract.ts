@@ -73,7 +73,7 @@ const parseOnce = (parser: DecisionParser.Service, reply: ModelReply, what: stri
 export const properties = <E>(parser: ParserUnderTest<E>, options: Options = {}): Readonly<Record<PropertyId, Property.Property>> => {
   const factor = options.runsFactor ?? 1
   const runs = (n: number) => Math.max(1, Math.round(n * factor))
-  const extra = options.replies === undefined
+  const extra = options.replies === undefined || (Array.isArray(options.replies) && options.replies.length === 0)
     ? undefined
     : Array.isArray(options.replies)
     ? FastCheck.constantFrom(...(options.replies as ReadonlyArray<ModelReply>))
