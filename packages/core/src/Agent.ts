@@ -17,6 +17,7 @@
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import type * as Schedule from "effect/Schedule"
@@ -424,20 +425,27 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
   })
 
 /**
- * Runs `request.agent` on `request.task` under `request.runId`, durably:
+ * Runs `request.agent` on `request.task` under `request.runId`, durably. The run is claimed
+ * first (for the whole run), then its log is read once and decides:
  *
- * - finished run id → its recorded `RunResult`; nothing is called;
+ * - finished → its recorded `RunResult`; nothing is called (also when another caller holds the
+ *   claim of the finished run);
  * - started and unfinished → the configuration is checked against the recorded snapshot
- *   (`SnapshotMismatch`, nothing written), the run is claimed, `RunResumed` appended, history and
- *   counters rebuilt from the log, an interrupted step finished (its action re-run only if its
- *   replay policy is `"Always"`), and the loop goes on;
- * - fresh → claimed, `RunStarted` appended, the loop runs.
+ *   (`SnapshotMismatch`, nothing written), `RunResumed` appended, history and counters rebuilt
+ *   from the log, an interrupted step finished (its action re-run only if the executor's replay
+ *   policy for it is `"Always"`, else recorded as `NotExecuted` with the `interrupted` text),
+ *   and the loop goes on;
+ * - fresh → `RunStarted` appended with the snapshot, and the loop runs.
  *
- * Fails with `ExecutorRegistryMismatch` (a derived executor from another registry), `RunBusy`
- * (another owner holds the claim), `SnapshotMismatch`, `InvalidRunRequest` — all before anything
- * is written — and with `ModelError` (retries exhausted), `StoreError` or `ConcurrentWriter`,
- * after which the run can be resumed. A defect in the parser or executor is not caught.
- * Interrupting the fiber stops the call in flight, writes nothing more and releases the claim.
+ * Fails with `ExecutorRegistryMismatch` (a derived executor from another registry),
+ * `InvalidRunRequest`, `RunBusy` (another owner holds the claim of an unfinished run) and
+ * `SnapshotMismatch` — all before anything is written — and with `ModelError` (retries
+ * exhausted), `StoreError` or `ConcurrentWriter`, after which the run can be resumed. A defect
+ * in the parser or executor is not caught. Interrupting the fiber stops the model call or
+ * handler in flight, writes nothing more and releases the claim.
+ *
+ * Events: `ActionExecuted.replayed` is true for the interrupted step finished on resume (its
+ * `executorObservation` is empty when the action was not run again).
  */
 export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Requirements> =>
   Effect.gen(function*() {
@@ -452,20 +460,26 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
       return yield* new InvalidRunRequest({ runId, issues: ParseResult.TreeFormatter.formatErrorSync(valid.left) })
     }
     const store = yield* RunLogStore
-    const seen = yield* store.readLog(runId)
-    if (Option.isSome(seen.finished)) return resultOf(runId, seen.finished.value)
     const parser = yield* DecisionParser
-    const snapshot = snapshotOf(request, parser.id)
-    if (Option.isSome(seen.started)) yield* checkSnapshot(runId, seen.started.value, snapshot)
     const model = yield* ModelClient
     const sink = yield* EventSink
     const tracer = yield* Effect.tracer
     return yield* Effect.scoped(
       Effect.gen(function*() {
-        yield* store.claim(runId)
-        // Read again under the claim: another owner may have progressed or finished meanwhile.
+        // Claim first, then read the log once: under the claim nobody else writes, so what is
+        // read decides. A busy run that turns out to be finished still returns its result.
+        const claimed = yield* Effect.either(store.claim(runId))
+        if (Either.isLeft(claimed)) {
+          const error = claimed.left
+          if (error._tag !== "RunBusy") return yield* error
+          const log = yield* store.readLog(runId)
+          if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
+          return yield* error
+        }
         const log = yield* store.readLog(runId)
         if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
+        const snapshot = snapshotOf(request, parser.id)
+        if (Option.isSome(log.started)) yield* checkSnapshot(runId, log.started.value, snapshot)
         const agent = request.agent
         const texts = History.makeTexts({
           synthetic: agent.syntheticObservations,
@@ -491,7 +505,6 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           state: State.fresh(messages)
         }
         if (Option.isSome(log.started)) {
-          yield* checkSnapshot(runId, log.started.value, snapshot)
           const rebuilt = yield* State.rebuild(runId, log, messages, texts)
           current.state = rebuilt.state
           yield* resume(current, rebuilt.interrupted)

@@ -941,32 +941,29 @@ export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogS
           assert.deepStrictEqual(Schema.decodeUnknownSync(Agent.RunResult)(Schema.encodeSync(Agent.RunResult)(first)), first)
         }))
 
-      test("a run that finished between the first read and the claim is not run again: the log is read again under the claim", (h) =>
+      test("a finished run returns its result even while another caller holds its claim; an unfinished one is refused with RunBusy", (h) =>
         Effect.gen(function*() {
-          const runId = Ids.runId("finished-2")
           const f = makeFixture()
-          const readDone = yield* Deferred.make<void>()
-          const gate = yield* Deferred.make<void>()
-          let reads = 0
-          // The late run's first read sees the empty log, then waits until the other run is done.
-          const late: RunLogStore.RunLogStore.Service = {
-            ...h.store,
-            readLog: (id) =>
-              Effect.tap(h.store.readLog(id), () => {
-                reads += 1
-                return reads === 1 ? Effect.zipRight(Deferred.succeed(readDone, undefined), Deferred.await(gate)) : Effect.void
-              })
-          }
-          const lateRun = yield* Effect.fork(h.run(request(runId, f.tools), { model: ScriptedModel.unreachable, store: late }))
-          yield* Deferred.await(readDone)
+          const done = Ids.runId("finished-2")
           const model = yield* ScriptedModel.make(sixSteps)
-          const first = yield* h.run(request(runId, f.tools), { model: model.layer })
-          const log = yield* h.log(runId)
-          yield* Deferred.succeed(gate, undefined)
-          const second = yield* Fiber.join(lateRun)
-          assert.deepStrictEqual(second, first)
-          assert.deepStrictEqual(yield* h.log(runId), log)
-          assert.strictEqual(reads, 2)
+          const first = yield* h.run(request(done, f.tools), { model: model.layer })
+          const doneLog = yield* h.log(done)
+          const open = Ids.runId("finished-3")
+          const down = yield* ScriptedModel.make(sixSteps, { failures: [{ step: 2, times: 1, retryable: false }] })
+          yield* Effect.flip(h.run(request(open, f.tools), { model: down.layer }))
+          const openLog = yield* h.log(open)
+          yield* Effect.scoped(
+            Effect.gen(function*() {
+              yield* h.store.claim(done)
+              yield* h.store.claim(open)
+              const again = yield* h.run(request(done, f.tools), { model: ScriptedModel.unreachable })
+              assert.deepStrictEqual(again, first)
+              const error = yield* Effect.flip(h.run(request(open, f.tools), { model: ScriptedModel.unreachable }))
+              assert.strictEqual(error._tag, "RunBusy")
+            })
+          )
+          assert.deepStrictEqual(yield* h.log(done), doneLog)
+          assert.deepStrictEqual(yield* h.log(open), openLog)
         }))
     })
 
