@@ -6,8 +6,9 @@
  * Accepted forms (key names configurable; defaults shown):
  * - `{"tool": "read", "arguments": {"path": "a"}}` — nested arguments;
  * - `{"tool": "read", "path": "a"}` — the same action, arguments flattened onto the action
- *   level. The nested form is exactly a tool key plus one arguments key holding an object;
- *   anything else is read as flattened (so a tool may have a parameter called `args`);
+ *   level. The nested form is exactly a tool key plus one arguments key holding an object (or
+ *   `null`, or a string holding a JSON object: arguments encoded twice); anything else is read
+ *   as flattened (so a tool may have a parameter called `args`);
  * - `{"name": ...}` instead of `{"tool": ...}`; when several tool keys are present, the first in
  *   `toolKeys` order names the tool and the others are arguments;
  * - `{"final_answer": "..."}` (the `finishKey`) → `Finish`; a non-string answer is rendered as
@@ -103,6 +104,21 @@ const answerText = (value: unknown): string => {
   return parsed === undefined ? "" : parsed
 }
 
+/**
+ * The value of an arguments key as nested arguments: an object, `null` (no arguments), or a
+ * string holding a JSON object (arguments encoded twice, as native tool-call APIs send them).
+ * Anything else is not nested arguments (`undefined`): the key is then an ordinary argument.
+ */
+const nestedArguments = (value: unknown): Readonly<Record<string, unknown>> | undefined => {
+  if (value === null) return {}
+  if (Json.isObject(value)) return value
+  if (typeof value === "string") {
+    const parsed = Json.parse(value)
+    if (parsed._tag === "Ok" && Json.isObject(parsed.value)) return parsed.value
+  }
+  return undefined
+}
+
 /** The pure decision function behind `make(options).parse`. Total and deterministic. */
 export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedReply.ParsedReply) => {
   const r = resolveOptions(options)
@@ -134,8 +150,9 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
     const rest = Object.keys(object).filter((key) => key !== toolKey)
     let args: unknown
     const only = rest.length === 1 ? rest[0] : undefined
-    if (only !== undefined && r.argumentsKeys.includes(only) && (Json.isObject(object[only]) || object[only] === null)) {
-      args = object[only] === null ? {} : object[only]
+    const nested = only !== undefined && r.argumentsKeys.includes(only) ? nestedArguments(object[only]) : undefined
+    if (nested !== undefined) {
+      args = nested
     } else {
       // Flattened: every other key is an argument. `Object.fromEntries` defines own properties,
       // so a key such as "__proto__" stays an ordinary key.

@@ -85,6 +85,13 @@ describe("JsonActionParser: actions", () => {
         act("ls", { arguments: { path: "/" }, all: true })
       )
       assert.deepStrictEqual(yield* parse("{\"tool\": \"now\", \"arguments\": null}"), act("now", {}))
+      // Arguments encoded twice (a string holding a JSON object) are the nested form...
+      assert.deepStrictEqual(
+        yield* parse("{\"tool\": \"read\", \"arguments\": \"{\\\"path\\\": \\\"a\\\"}\"}"),
+        act("read", { path: "a" })
+      )
+      // ...but any other string is an ordinary argument.
+      assert.deepStrictEqual(yield* parse("{\"tool\": \"shell\", \"args\": \"ls -l\"}"), act("shell", { args: "ls -l" }))
     }))
 
   it.effect("a __proto__ key stays an ordinary argument (no prototype pollution)", () =>
