@@ -119,7 +119,10 @@ export const runs = Command.make(
       })
       if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
       const style = yield* Style.detect
-      if (summaries.length === 0) return yield* Console.log(`no runs in ${Store.describe(location(options))}`)
+      if (summaries.length === 0) {
+        const which = Option.match(options.status, { onNone: () => "runs", onSome: (status) => `${status} runs` })
+        return yield* Console.log(`no ${which} in ${Store.describe(location(options))}`)
+      }
       const rows = summaries.map((summary) => [
         summary.runId,
         summary.agent,

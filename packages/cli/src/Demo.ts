@@ -17,8 +17,6 @@
  * @since 0.1.0
  */
 import type * as FileSystem from "@effect/platform/FileSystem"
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import * as OpenAiCompatible from "@polyloop/ai/OpenAiCompatible"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as EventSink from "@polyloop/core/EventSink"
@@ -117,6 +115,26 @@ const realModelOf = (options: Options): Effect.Effect<Option.Option<RealModel>, 
     }
     return Option.some({ model, baseUrl: Option.getOrUndefined(baseUrl), apiKey: Option.getOrUndefined(apiKey) })
   })
+
+/** OpenAI's API root, where a real model is reached unless `POLYLOOP_BASE_URL` says otherwise. */
+const openAiBaseUrl = "https://api.openai.com/v1"
+
+/**
+ * The real model's client: `@polyloop/ai`'s `OpenAiCompatible` over undici, loaded only when a
+ * real model is asked for (the scripted demo and the other commands start faster without it).
+ */
+const realModelLayer = (m: RealModel): Layer.Layer<ModelClient.ModelClient> =>
+  Layer.unwrapEffect(
+    Effect.promise(async () => {
+      const [OpenAiCompatible, NodeHttpClient] = await Promise.all([
+        import("@polyloop/ai/OpenAiCompatible"),
+        import("@effect/platform-node/NodeHttpClient")
+      ])
+      return OpenAiCompatible.layer({ model: m.model, baseUrl: m.baseUrl ?? openAiBaseUrl, apiKey: m.apiKey }).pipe(
+        Layer.provide(NodeHttpClient.layerUndici)
+      )
+    })
+  )
 
 /** A fresh run id: `demo-<UTC date and time>-<4 random characters>`. */
 const freshRunId = Effect.gen(function*() {
@@ -247,7 +265,7 @@ export const run = (options: Options) =>
     if (!Option.isSome(log.finished)) {
       yield* out(`${style.bold("task")}       ${GovDoc.task}`)
       yield* out(`${style.bold("workspace")}  ${root}`)
-      yield* out(`${style.bold("model")}      ${Option.match(real, { onNone: () => "scripted (examples/govdoc.ts)", onSome: (m) => `${m.model} via ${m.baseUrl ?? OpenAiCompatible.defaultBaseUrl}` })}`)
+      yield* out(`${style.bold("model")}      ${Option.match(real, { onNone: () => "scripted (examples/govdoc.ts)", onSome: (m) => `${m.model} via ${m.baseUrl ?? openAiBaseUrl}` })}`)
       yield* out(`${style.bold("store")}      ${Store.describe(options.location)}\n`)
     }
 
@@ -310,8 +328,7 @@ export const run = (options: Options) =>
 
     const model: Layer.Layer<ModelClient.ModelClient> = Option.match(real, {
       onNone: () => ScriptedModel.layer(GovDoc.script, options.style.enabled ? { latency: "250 millis" } : {}),
-      onSome: (m) =>
-        OpenAiCompatible.layer({ model: m.model, baseUrl: m.baseUrl, apiKey: m.apiKey }).pipe(Layer.provide(NodeHttpClient.layerUndici))
+      onSome: realModelLayer
     })
     const parser = Option.isSome(real) ? NativeToolCallParser.layer() : JsonActionParser.layer()
     const services = Layer.mergeAll(model, parser, ToolRegistry.layerExecutor(tools), EventSink.layer(sink))
