@@ -291,6 +291,44 @@ describe("ToolRegistry: the derived executor (SPEC §6 table)", () => {
     }))
 })
 
+describe("ToolRegistry: the derived executor on arbitrary actions", () => {
+  const names = ["read", "broken", "failing", "throwing", "throwingEagerly", "dying", "submit"]
+  const actions: fc.Arbitrary<Action.Action> = fc.oneof(
+    fc.record({ language: fc.string(), code: fc.string() }).map((fields) => Action.CodeAction.make(fields)),
+    fc.record({
+      id: fc.string(),
+      name: fc.oneof(fc.constantFrom(...names), fc.string()),
+      arguments: fc.oneof(
+        fc.jsonValue(),
+        fc.constant({}),
+        fc.record({ path: fc.string() }),
+        fc.record({ answer: fc.constantFrom("42", "wrong") })
+      )
+    }).map((fields) => Action.ToolCall.make(fields))
+  )
+
+  it.effect.prop(
+    "the fixed fields never change, and status, synthetic flag and handlerFailed agree (SPEC §5.1, §6)",
+    { action: actions },
+    ({ action }) =>
+      Effect.gen(function*() {
+        const { executor } = yield* makeFixture
+        const report = yield* executor.executeReport(action)
+        assertFixedFields(report.outcome)
+        assert.strictEqual(report.outcome.observationIsSynthetic, report.outcome.status === "NotExecuted")
+        if (report.outcome.status === "NotExecuted") {
+          assert.isFalse(report.handlerFailed)
+          assert.isTrue(Option.isNone(report.tool))
+        } else {
+          assert.isTrue(Option.isSome(report.tool))
+        }
+        if (report.outcome.status === "EnvError") assert.isTrue(report.handlerFailed)
+        assert.deepStrictEqual(yield* executor.execute(action), report.outcome)
+      }),
+    { fastCheck: { numRuns: 150 } }
+  )
+})
+
 describe("ToolRegistry: interruption passes through", () => {
   const sleeper = (finalized: Ref.Ref<boolean>, started: Deferred.Deferred<void>, timeout?: Duration.DurationInput) =>
     Tool.make({
