@@ -28,7 +28,7 @@ import type { ActionOutcome } from "./ActionOutcome.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type RunError, SnapshotMismatch } from "./Errors.js"
-import { EventSink } from "./EventSink.js"
+import * as EventSink from "./EventSink.js"
 import { type ResultId, RunId, type StepIndex } from "./Ids.js"
 import * as History from "./internal/history.js"
 import * as State from "./internal/state.js"
@@ -77,7 +77,7 @@ export const RunResult = Schema.Struct({
 export interface RunResult extends Schema.Schema.Type<typeof RunResult> {}
 
 /** The services `run` needs. */
-export type Requirements = ModelClient | DecisionParser | ActionExecutor | RunLogStore | EventSink
+export type Requirements = ModelClient | DecisionParser | ActionExecutor | RunLogStore | EventSink.EventSink
 
 /** The result recorded in a `RunFinished` record. */
 export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult => ({
@@ -103,13 +103,15 @@ interface Run {
   readonly parser: DecisionParser.Service
   readonly executor: ActionExecutor.Service
   readonly derived: DerivedExecutor | undefined
-  readonly sink: EventSink.Service
+  readonly sink: EventSink.EventSink.Service
   readonly texts: History.Texts
   readonly schedule: Schedule.Schedule<unknown>
   readonly modelTools: ReadonlyArray<ToolDefinition>
   readonly maxDurationMillis: number | undefined
   /** Whether a tracer listens (see `traced`): per-step spans cost more than the rest of a step. */
   readonly traced: boolean
+  /** The sink drops everything (`EventSink.layerNoop`): events are not delivered at all. */
+  readonly silent: boolean
   state: State.State
 }
 
@@ -130,7 +132,7 @@ const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
 
 /** Emits an event; a failed delivery is counted, never propagated. */
 const emit = (run: Run, event: LoopEvent): Effect.Effect<void> =>
-  Effect.catchAll(run.sink.emit(event), (error) =>
+  run.silent ? Effect.void : Effect.catchAll(run.sink.emit(event), (error) =>
     Effect.zipRight(
       Effect.sync(() => {
         run.state.eventDeliveryFailures += 1
@@ -462,7 +464,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     const store = yield* RunLogStore
     const parser = yield* DecisionParser
     const model = yield* ModelClient
-    const sink = yield* EventSink
+    const sink = yield* EventSink.EventSink
     const tracer = yield* Effect.tracer
     return yield* Effect.scoped(
       Effect.gen(function*() {
@@ -502,6 +504,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           modelTools: request.tools.modelView(),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           traced: Tracing.isTraced(tracer),
+          silent: EventSink.isNoop(sink),
           state: State.fresh(messages)
         }
         if (Option.isSome(log.started)) {

@@ -41,8 +41,14 @@ export const make = (emit: EventSink.Service["emit"]): EventSink.Service => ({ e
 /** A layer from an `emit` function. */
 export const layer = (emit: EventSink.Service["emit"]): Layer.Layer<EventSink> => Layer.succeed(EventSink, make(emit))
 
+/** The sink that drops every event (the loop does not even build events for it). */
+export const noop: EventSink.Service = make(() => Effect.void)
+
+/** Is this the sink that drops every event? */
+export const isNoop = (sink: EventSink.Service): boolean => sink === noop
+
 /** A sink that drops every event. */
-export const layerNoop: Layer.Layer<EventSink> = Layer.succeed(EventSink, make(() => Effect.void))
+export const layerNoop: Layer.Layer<EventSink> = Layer.succeed(EventSink, noop)
 
 /** The subscriber side of `layerPubSub`: live streams of the events the sink receives. */
 export class Events extends Context.Tag("@polyloop/core/EventSink/Events")<Events, Events.Service>() {}
