@@ -295,6 +295,20 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     const conflict = (runId: RunId, actualSeq: number) =>
       Effect.flatMap(nextSeq(runId), (expectedSeq) => Effect.fail(new ConcurrentWriter({ runId, expectedSeq, actualSeq })))
 
+    /** A rejected append by a claim holder whose lease is gone names the lease's new holder ("" for none). */
+    const fencedConflict = (runId: RunId, actualSeq: number, holder?: string) =>
+      Effect.gen(function*() {
+        const owner = held.get(runId)
+        if (owner === undefined) return yield* conflict(runId, actualSeq)
+        const current = holder ?? (yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`.pipe(
+          Effect.map((rows) => rows[0]?.owner ?? ""),
+          Effect.mapError(failWith("reading the run's claim", runId))
+        ))
+        if (current === owner) return yield* conflict(runId, actualSeq)
+        const expectedSeq = yield* nextSeq(runId)
+        return yield* new ConcurrentWriter({ runId, expectedSeq, actualSeq, leaseHolder: current })
+      })
+
     const read: RunLogStore.Backend["read"] = (runId) =>
       sql<{ readonly payload: unknown }>`SELECT payload FROM polyloop_records WHERE run_id = ${runId} ORDER BY seq`.pipe(
         Effect.mapError(failWith("reading the log", runId)),
@@ -376,10 +390,8 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
 
         return yield* inTransaction(writes).pipe(
           Effect.catchTags({
-            SeqConflict: () => conflict(runId, first.seq),
-            LeaseLost: (lost) =>
-              Effect.flatMap(nextSeq(runId), (expectedSeq) =>
-                Effect.fail(new ConcurrentWriter({ runId, expectedSeq, actualSeq: first.seq, leaseHolder: lost.holder }))),
+            SeqConflict: () => fencedConflict(runId, first.seq),
+            LeaseLost: (lost) => fencedConflict(runId, first.seq, lost.holder),
             SqlError: (error) => Effect.fail(failWith("appending to the log", runId)(error))
           })
         )
