@@ -1,0 +1,341 @@
+/**
+ * Crash recovery by SIGKILL (SPEC §7, §14): a child process runs a scripted agent on a SQLite
+ * file (`SqlRunLogStore.layerSqlite`, its defaults: WAL, `synchronous=FULL`); its tools append each
+ * execution to a side file. The parent kills the child with SIGKILL at random moments — at
+ * least 50 times, the seed printed (replay with `POLYLOOP_CRASH_SEED=<seed>`) — and restarts it
+ * until the run finishes. Then: the log decodes; it is prefix-consistent, with no gap and no
+ * duplicate; every `"Never"` tool call ran at most once per step (and exactly once where the log
+ * says it was executed); no tool ran without its reply logged first; the final history equals
+ * the history of the same run without kills, apart from `RunResumed` records and the
+ * `interrupted` observations the kills caused.
+ *
+ * A second test kills the child between the two writes of a step (inside the store's
+ * transaction, through its fault point) and shows that neither record is visible.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type * as Message from "@polyloop/core/Message"
+import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as SyntheticObservations from "@polyloop/core/SyntheticObservations"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { prng, startAgent } from "./support/crash-child.js"
+import * as Scenario from "./support/crash-scenario.js"
+
+const STEPS = 100
+const MIN_KILLS = 50
+
+const tempDir = Effect.acquireRelease(
+  Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-crash-"))),
+  (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+)
+
+interface Files {
+  readonly db: string
+  readonly side: string
+  readonly history: string
+}
+
+const filesIn = (dir: string, name: string): Files => ({
+  db: path.join(dir, `${name}.db`),
+  side: path.join(dir, `${name}.side.jsonl`),
+  history: path.join(dir, `${name}.history.json`)
+})
+
+const argsOf = (files: Files, extra: ReadonlyArray<string> = []) => [files.db, files.side, files.history, String(STEPS), ...extra]
+
+/** What the parent reads back: the log, the raw sequence numbers, the summary. */
+const readBack = (db: string) =>
+  Effect.scoped(
+    Effect.gen(function*() {
+      const client = SqlRunLogStore.layerSqliteClient({ filename: db })
+      const context = yield* Layer.build(Layer.provideMerge(SqlRunLogStore.layer({ path: db }), client))
+      const store = Context.get(context, RunLogStore.RunLogStore)
+      const sql = Context.get(context, SqlClient.SqlClient)
+      const log = yield* store.readLog(Scenario.runId)
+      const rows = yield* sql<{ run_id: string; seq: number }>`SELECT run_id, seq FROM polyloop_records ORDER BY run_id, seq`
+      const runs = yield* store.listRuns()
+      return { log, rows, runs }
+    })
+  )
+
+/** Runs the child to the end (retrying while a dead child's lease has not expired yet). */
+const runToEnd = (files: Files, extra: ReadonlyArray<string> = []) =>
+  Effect.promise(async () => {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const child = startAgent(argsOf(files, extra))
+      const ready = await child.ready
+      const exit = await child.exited
+      const finished = child.lines.find((line) => line.startsWith("finished "))
+      if (exit.code === 0 && finished !== undefined) return { ready, exitAt: exit.at, lines: child.lines }
+      if (child.lines.includes("error RunBusy")) {
+        await new Promise((resolve) => setTimeout(resolve, 200))
+        continue
+      }
+      throw new Error(`the child failed (code ${exit.code}, signal ${exit.signal}): ${child.lines.join("\n")}\n${child.stderr()}`)
+    }
+    throw new Error("the run stayed busy")
+  })
+
+/**
+ * The log is prefix-consistent: RunStarted first; per step exactly one reply, then (its result
+ * and) its completion, the pair adjacent; resumes only between steps or after a logged reply,
+ * each naming the steps completed so far; RunFinished last; sequence numbers 0, 1, 2, …
+ */
+const assertPrefixConsistent = (log: RunLog.RunLog, rows: ReadonlyArray<{ run_id: string; seq: number }>) => {
+  const records = RunLog.records(log)
+  assert.deepStrictEqual(rows.map((r) => r.seq), records.map((_, i) => i), "no gaps, no duplicates")
+  assert.isTrue(rows.every((r) => r.run_id === Scenario.runId))
+  assert.strictEqual(records[0]?._tag, "RunStarted")
+  let step = 0
+  let replied = false
+  let result: RunLog.ActionResulted | null = null
+  for (let i = 1; i < records.length; i++) {
+    const r = records[i]!
+    const where = `record ${i} (${r._tag})`
+    switch (r._tag) {
+      case "RunStarted":
+        assert.fail(`${where}: a second RunStarted`)
+        break
+      case "RunResumed":
+        assert.isNull(result, `${where}: between a result and its completion`)
+        assert.strictEqual(r.fromStep, step, where)
+        break
+      case "ModelReplied":
+        assert.isFalse(replied, `${where}: a second reply for step ${step}`)
+        assert.strictEqual(r.step, step, where)
+        replied = true
+        break
+      case "ActionResulted":
+        assert.isTrue(replied && result === null, where)
+        assert.strictEqual(r.step, step, where)
+        result = r
+        break
+      case "StepCompleted":
+        assert.isTrue(replied, `${where}: a step completed without its reply`)
+        assert.strictEqual(r.step, step, where)
+        assert.strictEqual(r.resultId, result?.resultId ?? null, where)
+        if (result !== null) assert.strictEqual(result.seq, r.seq - 1, `${where}: the result and the completion are not adjacent`)
+        step++
+        replied = false
+        result = null
+        break
+      case "RunFinished":
+        assert.isFalse(replied, where)
+        assert.strictEqual(i, records.length - 1, `${where}: not the last record`)
+        break
+    }
+  }
+  assert.isTrue(RunLog.size(log) === records.length && log.finished._tag === "Some", "the run finished")
+}
+
+const interruptedText = (tool: string) =>
+  SyntheticObservations.fill(Scenario.agent(STEPS).syntheticObservations.interrupted, { tool, issues: "", tools: "" })
+
+const isInterrupted = (result: RunLog.ActionResulted) =>
+  result.outcome.status === "NotExecuted" &&
+  result.outcome.observationIsSynthetic &&
+  result.action._tag === "ToolCall" &&
+  result.outcome.observation === interruptedText(result.action.name)
+
+describe.sequential("crash recovery by SIGKILL", () => {
+  it.live(`a run killed at random moments (≥ ${MIN_KILLS} kills) finishes with the history of the run that was never killed`, () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
+        console.log(`crash-recovery: seed ${seed} (replay the kill schedule with POLYLOOP_CRASH_SEED=${seed})`)
+        const random = prng(seed)
+
+        // The run without kills, and how long a step takes here.
+        const reference = filesIn(dir, "reference")
+        const plain = yield* runToEnd(reference)
+        const stepMillis = Math.max(1, ((plain.exitAt - (plain.ready ?? plain.exitAt)) / STEPS))
+
+        // The run with kills. Most kills land at a random moment within about a step and a half
+        // after the life's run started or resumed (its record durable), some within three steps
+        // after the store was opened (in the resume itself: reading the log, claiming); each life
+        // gets about one step further, so ≥ 50 kills land all along the run. Then it runs to the end.
+        const crashed = filesIn(dir, "crashed")
+        const delays: Array<string> = []
+        let lives = 0
+        let finishedEarly = false
+        yield* Effect.promise(async () => {
+          while (delays.length < MIN_KILLS) {
+            lives++
+            const child = startAgent(argsOf(crashed))
+            const early = random() < 0.2
+            const from = early ? await child.ready : await child.running
+            const delay = random() * stepMillis * (early ? 3 : 1.6)
+            const killed = from !== null &&
+              (await Promise.race([
+                new Promise<boolean>((resolve) => setTimeout(() => resolve(child.child.kill("SIGKILL")), delay)),
+                child.exited.then(() => false)
+              ]))
+            const exit = await child.exited
+            if (killed && exit.signal === "SIGKILL") {
+              delays.push(`${early ? "r" : ""}${delay.toFixed(1)}`)
+              continue
+            }
+            if (child.lines.some((line) => line.startsWith("finished "))) {
+              finishedEarly = true
+              break
+            }
+            if (child.lines.includes("error RunBusy")) {
+              await new Promise((resolve) => setTimeout(resolve, 200))
+              continue
+            }
+            throw new Error(`life ${lives} failed (code ${exit.code}, signal ${exit.signal}): ${child.lines.join("\n")}\n${child.stderr()}`)
+          }
+        })
+        if (!finishedEarly) yield* runToEnd(crashed)
+        console.log(
+          `crash-recovery: ${delays.length} kills over ${lives} lives (step ≈ ${stepMillis.toFixed(1)} ms); kill delays in ms after the run (re)started, or after the store opened (r): ${delays.join(" ")}`
+        )
+        assert.isAtLeast(delays.length, MIN_KILLS, "the run finished before enough kills: steps are faster than measured")
+
+        // The log decodes, is prefix-consistent, without gaps or duplicates.
+        const ref = yield* readBack(reference.db)
+        const got = yield* readBack(crashed.db)
+        assertPrefixConsistent(ref.log, ref.rows)
+        assertPrefixConsistent(got.log, got.rows)
+        assert.strictEqual(ref.log.resumes.length, 0)
+
+        // Step by step, the same run: same replies and decisions; the same results, except
+        // `"Never"` actions a kill interrupted, recorded as not executed with the interrupted text.
+        assert.strictEqual(got.log.steps.length, STEPS)
+        assert.strictEqual(ref.log.steps.length, STEPS)
+        const interruptedSteps: Array<number> = []
+        const executor = yield* Effect.orDie(Scenario.tools(crashed.side, 0).executor())
+        const replayPolicy = executor.replayPolicy
+        for (let k = 0; k < STEPS; k++) {
+          const a = ref.log.replies[k]!
+          const b = got.log.replies[k]!
+          assert.deepStrictEqual(b.reply, a.reply, `reply of step ${k}`)
+          assert.deepStrictEqual(got.log.steps[k]!.decision, ref.log.steps[k]!.decision, `decision of step ${k}`)
+          assert.deepStrictEqual(got.log.steps[k]!.resultId, ref.log.steps[k]!.resultId, `result id of step ${k}`)
+        }
+        assert.strictEqual(got.log.results.length, ref.log.results.length)
+        for (let i = 0; i < ref.log.results.length; i++) {
+          const a = ref.log.results[i]!
+          const b = got.log.results[i]!
+          assert.strictEqual(b.step, a.step)
+          assert.deepStrictEqual(b.action, a.action, `action of step ${a.step}`)
+          if (isInterrupted(b)) {
+            // Only actions the executor must not replay come back as interrupted (an unknown
+            // tool counts: the derived executor does not replay what it does not know).
+            assert.strictEqual(replayPolicy(b.action), "Never", `step ${b.step}: an "Always" action was not replayed`)
+            interruptedSteps.push(b.step)
+          } else {
+            assert.deepStrictEqual(b.outcome, a.outcome, `outcome of step ${a.step}`)
+            assert.strictEqual(b.executorObservation, a.executorObservation)
+            assert.strictEqual(b.handlerFailed, a.handlerFailed)
+          }
+        }
+        const refFinished = RunLog.records(ref.log).at(-1) as RunLog.RunFinished
+        const gotFinished = RunLog.records(got.log).at(-1) as RunLog.RunFinished
+        assert.deepStrictEqual(gotFinished.stopReason, refFinished.stopReason)
+        assert.strictEqual(gotFinished.counters.steps, STEPS)
+        assert.deepStrictEqual(gotFinished.counters.usage, refFinished.counters.usage)
+        assert.strictEqual(gotFinished.counters.effectiveSteps, refFinished.counters.effectiveSteps - interruptedSteps.length)
+        assert.strictEqual(gotFinished.counters.resumedCount, got.log.resumes.length)
+        const summary = got.runs.find((r) => r.runId === Scenario.runId)
+        assert.deepStrictEqual(summary, RunLogStore.summarize(got.log).pipe((o) => (o._tag === "Some" ? o.value : undefined)))
+
+        // The side files: every "Never" call ran at most once per step, exactly once where the
+        // log says it was executed; nothing ran before its reply was durable.
+        const refRuns = Scenario.readExecutions(reference.side)
+        const gotRuns = Scenario.readExecutions(crashed.side)
+        const count = (runs: ReadonlyArray<Scenario.Execution>, tool: string, step: number) =>
+          runs.filter((e) => e.tool === tool && e.step === step).length
+        for (const result of ref.log.results) {
+          if (result.outcome.status !== "Executed" || result.action._tag !== "ToolCall") continue
+          assert.strictEqual(count(refRuns, result.action.name, result.step), 1)
+        }
+        let replayedAlways = 0
+        for (const result of got.log.results) {
+          if (result.action._tag !== "ToolCall" || result.outcome.status === "NotExecuted" && !isInterrupted(result)) continue
+          const name = result.action.name
+          const n = count(gotRuns, name, result.step)
+          if (replayPolicy(result.action) === "Never") {
+            assert.isAtMost(n, 1, `the Never call of step ${result.step} ran ${n} times`)
+            if (!isInterrupted(result)) assert.strictEqual(n, 1, `step ${result.step} was executed`)
+          } else {
+            assert.isAtLeast(n, 1, `step ${result.step} was executed`)
+            replayedAlways += n - 1
+          }
+        }
+        for (const e of gotRuns) {
+          const reply = got.log.replies.find((r) => r.step === e.step)
+          assert.isDefined(reply, `${e.tool} ran at step ${e.step} without a logged reply`)
+          assert.strictEqual(reply!.reply.toolCalls[0]?.name, e.tool)
+        }
+        for (const step of new Set(gotRuns.filter((e) => e.replay === "Never").map((e) => e.step))) {
+          assert.strictEqual(count(gotRuns, "write", step), 1, `the Never call of step ${step} ran more than once`)
+        }
+
+        // The final history the model saw: the same, apart from the interrupted observations.
+        const refHistory = JSON.parse(fs.readFileSync(reference.history, "utf8")) as ReadonlyArray<Message.Message>
+        const gotHistory = JSON.parse(fs.readFileSync(crashed.history, "utf8")) as ReadonlyArray<Message.Message>
+        assert.strictEqual(gotHistory.length, refHistory.length)
+        let differences = 0
+        for (let i = 0; i < refHistory.length; i++) {
+          const a = refHistory[i]!
+          const b = gotHistory[i]!
+          if (a._tag === "Tool" && b._tag === "Tool" && b.text !== a.text) {
+            assert.strictEqual(b.callId, a.callId)
+            assert.strictEqual(b.text, interruptedText(b.name), `message ${i}`)
+            differences++
+          } else {
+            assert.deepStrictEqual(b, a, `message ${i}`)
+          }
+        }
+        assert.strictEqual(differences, interruptedSteps.length)
+        console.log(
+          `crash-recovery: ${got.log.resumes.length} resumes, ${interruptedSteps.length} interrupted Never calls (steps ${interruptedSteps.join(", ")}), ${replayedAlways} replays of Always calls`
+        )
+        assert.isAbove(got.log.resumes.length, 0)
+      })
+    ), 600_000)
+
+  it.live("a process killed between the two writes of a step leaves neither record; the run then resumes", () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const files = filesIn(dir, "between")
+        const exit = yield* Effect.promise(async () => {
+          const child = startAgent(argsOf(files, ["kill-between-writes"]))
+          const exit = await child.exited
+          return { ...exit, lines: child.lines }
+        })
+        assert.strictEqual(exit.signal, "SIGKILL")
+        assert.include(exit.lines, "killing myself between the two writes")
+
+        // Step 0 (a "Never" write) ran and its reply is durable; its result and completion are not.
+        const after = yield* readBack(files.db)
+        assert.strictEqual(after.log.replies.length, 1)
+        assert.strictEqual(after.log.results.length, 0)
+        assert.strictEqual(after.log.steps.length, 0)
+        assert.deepStrictEqual(after.rows.map((r) => r.seq), [0, 1])
+        assert.strictEqual(after.runs[0]?.steps, 0)
+        assert.strictEqual(after.runs[0]?.effectiveSteps, 0)
+        const ran = Scenario.readExecutions(files.side)
+        assert.deepStrictEqual(ran.map((e) => [e.tool, e.step]), [["write", 0]])
+
+        // The next process resumes: the write is not run again; the step is recorded as interrupted.
+        yield* runToEnd(files)
+        const final = yield* readBack(files.db)
+        assertPrefixConsistent(final.log, final.rows)
+        const first = final.log.results[0]!
+        assert.strictEqual(first.step, 0)
+        assert.isTrue(isInterrupted(first))
+        assert.strictEqual(Scenario.readExecutions(files.side).filter((e) => e.tool === "write" && e.step === 0).length, 1)
+      })
+    ), 120_000)
+})

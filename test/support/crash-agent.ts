@@ -1,0 +1,81 @@
+/**
+ * Child process of the crash-recovery test: runs (or resumes) the scripted agent of
+ * `crash-scenario.ts` on a SQLite file, with `Agent.run`, until the run finishes.
+ *
+ *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes]
+ *
+ * Prints `ready` once the store is open, `running` once the run is started or resumed (its
+ * `RunStarted`/`RunResumed` record is durable), `finished <RunResult JSON>` at the end, or
+ * `error <tag>` when `Agent.run` fails (e.g. `RunBusy` while a killed child's lease lasts). The last
+ * request the model saw (the whole history) is written to <history-file> at each model call
+ * (atomically: a temporary file renamed over it). With `kill-between-writes`, the process
+ * SIGKILLs itself inside the store's transaction of the first step that has an action result:
+ * after its `ActionResulted` row is inserted and before its `StepCompleted` row is.
+ */
+import * as ActionExecutor from "@polyloop/core/ActionExecutor"
+import * as Agent from "@polyloop/core/Agent"
+import * as EventSink from "@polyloop/core/EventSink"
+import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as fs from "node:fs"
+import * as Scenario from "./crash-scenario.js"
+
+const [db, sideFile, historyFile, stepsText, mode] = process.argv.slice(2)
+if (db === undefined || sideFile === undefined || historyFile === undefined || stepsText === undefined) {
+  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes]\n")
+  process.exit(2)
+}
+const steps = Number(stepsText)
+
+const faultPoint: SqlRunLogStore.FaultPoint = ({ index, stage }) =>
+  Effect.sync(() => {
+    if (mode === "kill-between-writes" && stage === "BeforeRecord" && index === 1) {
+      process.stdout.write("killing myself between the two writes\n")
+      process.kill(process.pid, "SIGKILL")
+    }
+  })
+
+const saveHistory = (messages: unknown) =>
+  Effect.sync(() => {
+    const tmp = `${historyFile}.${process.pid}.tmp`
+    fs.writeFileSync(tmp, JSON.stringify(messages))
+    fs.renameSync(tmp, historyFile)
+  })
+
+const program = Effect.gen(function*() {
+  const model = yield* ScriptedModel.make(Scenario.script(steps), {
+    latency: "2 millis",
+    onCall: (_call, request) => saveHistory(request.messages)
+  })
+  const tools = Scenario.tools(sideFile, "4 millis")
+  const executor = yield* Effect.orDie(tools.executor())
+  yield* Effect.sync(() => process.stdout.write("ready\n"))
+  const result = yield* Agent.run({ runId: Scenario.runId, agent: Scenario.agent(steps), task: Scenario.task, tools }).pipe(
+    Effect.provide(
+      Layer.mergeAll(
+        model.layer,
+        ActionExecutor.layer(executor),
+        NativeToolCallParser.layer({ onText: "NoAction" }),
+        EventSink.layer((event) =>
+          Effect.sync(() => {
+            if (event._tag === "RunStarted" || event._tag === "RunResumed") process.stdout.write("running\n")
+          })
+        )
+      )
+    )
+  )
+  yield* Effect.sync(() => process.stdout.write(`finished ${JSON.stringify(result)}\n`))
+}).pipe(
+  Effect.tapError((error) => Effect.sync(() => process.stdout.write(`error ${error._tag}\n`))),
+  // A short lease: a killed child's claim must expire before the next child starts (about a
+  // second later), as a dead worker's does.
+  Effect.provide(SqlRunLogStore.layerSqlite({ filename: db, faultPoint, leaseDuration: "300 millis", heartbeatInterval: "75 millis" }))
+)
+
+Effect.runPromise(program).catch((error: unknown) => {
+  process.stdout.write(`failed: ${String(error)}\n`)
+  process.exitCode = 1
+})

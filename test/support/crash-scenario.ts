@@ -1,0 +1,112 @@
+/**
+ * The scripted agent of the crash-recovery test, shared by the child that runs it
+ * (`crash-agent.ts`) and the parent that kills it (`crash-recovery.test.ts`).
+ *
+ * Steps cycle through every kind of step: a `"Never"` tool (`write`), an `"Always"` tool
+ * (`echo`), a reply without action, a second `write`, arguments that are not JSON (an invalid
+ * decision) and an unknown tool (not executed); the last step calls the completing `submit`.
+ * Every handler execution is appended to a side file (one JSON line, written with `O_APPEND`
+ * before the handler returns), so the parent can count how often each call really ran.
+ */
+import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as Ids from "@polyloop/core/Ids"
+import type * as ModelReply from "@polyloop/core/ModelReply"
+import * as Tool from "@polyloop/core/Tool"
+import * as ToolContext from "@polyloop/core/ToolContext"
+import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import * as fs from "node:fs"
+
+/** The run every child works on. */
+export const runId = Ids.runId("crash-recovery")
+
+/** The task. */
+export const task = "Write the keys, echo the texts, then submit."
+
+/** One line of the side file: a handler execution. */
+export interface Execution {
+  readonly tool: string
+  readonly step: number
+  readonly callId: string
+  readonly replay: "Never" | "Always"
+  readonly pid: number
+}
+
+const usage = { inputTokens: 12, outputTokens: 3 } as const
+
+/** The reply of step `i` of a run of `steps` steps. */
+export const replyOf = (i: number, steps: number): ModelReply.ModelReply => {
+  if (i === steps - 1) return ScriptedModel.toolCall("submit", { answer: `done after ${steps} steps` }, { usage })
+  switch (i % 6) {
+    case 0:
+    case 3:
+      return ScriptedModel.toolCall("write", { key: `k${i}`, value: `v${i}` }, { usage })
+    case 1:
+      return ScriptedModel.toolCall("echo", { text: `e${i}` }, { usage })
+    case 2:
+      return ScriptedModel.text("", usage)
+    case 4:
+      return ScriptedModel.toolCall("echo", "{not json", { usage })
+    default:
+      return ScriptedModel.toolCall("erase_everything", {}, { usage })
+  }
+}
+
+/** The script of a run of `steps` steps. */
+export const script = (steps: number): ReadonlyArray<ModelReply.ModelReply> => Array.from({ length: steps }, (_, i) => replyOf(i, steps))
+
+/** The agent (its budget leaves room: the run ends by `submit`). */
+export const agent = (steps: number): AgentDefinition.AgentDefinition =>
+  AgentDefinition.make({
+    name: "crash-agent",
+    systemPrompt: "You are a durable agent. Use the tools.",
+    budget: { maxSteps: steps + 5 },
+    modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) }
+  })
+
+/** The tools; each execution is appended to `sideFile`, then the handler takes `work` (real time). */
+export const tools = (sideFile: string, work: Duration.DurationInput) => {
+  const record = (tool: string, replay: "Never" | "Always") =>
+    Effect.gen(function*() {
+      const ctx = yield* ToolContext.ToolContext
+      const line: Execution = { tool, step: ctx.step, callId: ctx.callId, replay, pid: process.pid }
+      yield* Effect.sync(() => fs.appendFileSync(sideFile, JSON.stringify(line) + "\n"))
+      yield* Effect.sleep(work)
+    })
+  const write = Tool.make({
+    name: "write",
+    description: "Writes a value under a key (must not run twice).",
+    parameters: Schema.Struct({ key: Schema.String, value: Schema.String }),
+    replayPolicy: "Never",
+    handler: (args: { readonly key: string; readonly value: string }) =>
+      Effect.as(record("write", "Never"), `wrote ${args.key}=${args.value}`)
+  })
+  const echo = Tool.make({
+    name: "echo",
+    description: "Echoes a text (safe to repeat).",
+    parameters: Schema.Struct({ text: Schema.String }),
+    replayPolicy: "Always",
+    handler: (args: { readonly text: string }) => Effect.as(record("echo", "Always"), `echo: ${args.text}`)
+  })
+  const submit = Tool.make({
+    name: "submit",
+    description: "Submits the answer and ends the run.",
+    parameters: Schema.Struct({ answer: Schema.String }),
+    replayPolicy: "Always",
+    completesRun: true,
+    handler: (args: { readonly answer: string }) => Effect.as(record("submit", "Always"), `submitted: ${args.answer}`)
+  })
+  return ToolRegistry.make(write, echo, submit)
+}
+
+/**
+ * Reads the side file. Each line was appended by one `write(2)` of a few dozen bytes, which a
+ * SIGKILL cannot cut in half; a line that does not parse is an error, not something to skip.
+ */
+export const readExecutions = (sideFile: string): ReadonlyArray<Execution> => {
+  if (!fs.existsSync(sideFile)) return []
+  return fs.readFileSync(sideFile, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as Execution)
+}
