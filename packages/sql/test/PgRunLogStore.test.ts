@@ -1,21 +1,24 @@
 /**
  * The RunLogStore contract (`@polyloop/testing`) against `SqlRunLogStore.layerPg` on the test
  * run's private PostgreSQL server: each case gets a fresh schema; reopening it is a restart or
- * a second worker on the same database.
+ * a second worker on the same database; the contract's fault plan is consulted at the store's
+ * own fault point, inside the transaction, before each record is inserted.
  */
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as RunLogStoreContract from "@polyloop/testing/RunLogStoreContract"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import { freshSchemaUrl } from "./PgSupport.js"
 
-const pgStore = Effect.map(freshSchemaUrl, (url) =>
-  SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 4, leaseDuration: Duration.seconds(30) })
-)
+const pgStore = (options: Omit<SqlRunLogStore.PgOptions, "url"> = {}) =>
+  Effect.map(freshSchemaUrl, (url) => SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 4, ...options }))
 
-RunLogStoreContract.suite("SqlRunLogStore.layerPg", pgStore, {
+RunLogStoreContract.suite("SqlRunLogStore.layerPg", pgStore(), {
   survivesRestart: true,
   claimsAcrossInstances: true,
+  faultInjection: (plan) =>
+    pgStore({
+      faultPoint: ({ runId, seq, stage }) => (stage === "BeforeRecord" ? plan.beforeWrite(runId, seq) : Effect.void)
+    }),
   timeout: 120_000
 })
