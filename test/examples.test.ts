@@ -1,0 +1,125 @@
+/**
+ * Every runnable example, run as a user runs it (`npx tsx examples/<name>.ts`, here through tsx's
+ * own command line), asserting on its output and exit code: the tool-calling agent, the
+ * code-action agent (and its `EnvError` when the runtime cannot start), the crash-and-resume
+ * walk-through, the README's example (and that the README shows exactly its code), and the
+ * real-model example without an API key.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
+import * as fs from "node:fs"
+import { createRequire } from "node:module"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+
+const root = fileURLToPath(new URL("..", import.meta.url))
+const tsxCli = createRequire(import.meta.url).resolve("tsx/cli")
+
+interface Result {
+  readonly code: number | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+const cleanEnv = (): NodeJS.ProcessEnv => {
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  for (const name of ["POLYLOOP_API_KEY", "POLYLOOP_BASE_URL", "POLYLOOP_MODEL", "CODE_AGENT_RUNTIME", "FORCE_COLOR"]) delete env[name]
+  return env
+}
+
+/** `npx tsx examples/<file>` from `cwd`. */
+const example = (file: string, options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}): Promise<Result> =>
+  new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [tsxCli, path.join(root, "examples", file)], {
+      cwd: options.cwd ?? root,
+      env: { ...cleanEnv(), ...options.env },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    child.on("error", reject)
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+  })
+
+const occurrences = (text: string, part: string): number => text.split(part).length - 1
+
+describe("examples", () => {
+  it("tool-agent.ts: the GovDoc-like agent edits its files, fails and corrects itself, and completes by submit", async () => {
+    const result = await example("tool-agent.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    const out = result.stdout
+    assert.match(out, /^step 0: list_files \{\}$/m)
+    assert.match(out, /^step 2: replace_in_file .*\n\s+Executed: TextNotFound: /m)
+    assert.match(out, /^step 4: append_to_file \{"path":"CHANGELOG\.md"\}\n\s+NotExecuted \(synthetic\): The action was not executed: invalid arguments/m)
+    assert.match(out, /^stop: Completed\(Tool\)$/m)
+    assert.match(out, /^steps: 7 \(6 effective\)/m)
+    assert.match(out, /^1\. Customer records are kept for 90 days after an account is closed\.$/m)
+    assert.strictEqual(occurrences(out, "- Customer records are now kept for 90 days"), 2, "once in step 5's arguments, once in CHANGELOG.md")
+    assert.match(out, /^tool-agent-1\/3\/call_3 {2}replace_in_file policy\.md\ntool-agent-1\/5\/call_5 {2}append_to_file CHANGELOG\.md$/m)
+  })
+
+  it("code-agent.ts: errors, a timeout and an invalid reply are observations; final_answer completes the run", async () => {
+    const result = await example("code-agent.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    const out = result.stdout
+    assert.match(out, /step 0: javascript code[\s\S]*?Executed:[\s\S]*?ReferenceError: primes is not defined[\s\S]*?exit code 1/)
+    assert.match(out, /step 1: javascript code[\s\S]*?Executed:\n\s+> TimeLimit: the code ran longer than 2s and was stopped/)
+    assert.match(out, /step 2: InvalidDecision \(fed back\): Your reply contains no javascript code block/)
+    assert.match(out, /> 1229 5736396/)
+    assert.match(out, /Executed \(reports completion\):[\s\S]*final answer: "1229 primes, summing to 5736396"/)
+    assert.match(out, /^stop: Completed\(Environment\)$/m)
+    assert.notMatch(out, /node:internal|Node\.js v\d/, "observations hold nothing machine-specific")
+  })
+
+  it("code-agent.ts: a runtime that cannot start is EnvError, and the run ends", async () => {
+    const result = await example("code-agent.ts", { env: { CODE_AGENT_RUNTIME: "/no/such/runtime" } })
+    assert.strictEqual(result.code, 1)
+    assert.match(result.stdout, /EnvError:\n\s+> The environment failed while running javascript; the run cannot continue\./)
+    assert.match(result.stdout, /kept for audit: cannot start \/no\/such\/runtime: .*ENOENT/)
+    assert.match(result.stdout, /^stop: EnvError$/m)
+    assert.match(result.stdout, /^steps: 1 \(0 effective\)$/m)
+  })
+
+  it("crash-and-resume.ts: a child killed by SIGKILL mid-step, resumed, and no tool ran twice", async () => {
+    const result = await example("crash-and-resume.ts")
+    assert.strictEqual(result.code, 0, `${result.stdout}\n${result.stderr}`)
+    const out = result.stdout
+    assert.match(out, /child \| MID-STEP append_to_file crash-walkthrough\/5\/call_5/)
+    assert.match(out, /SIGKILL the child/)
+    assert.notMatch(out, /child \| .*step 5: append_to_file/, "the child never recorded step 5")
+    assert.match(out, /The log holds \d+ records: 5 completed steps, then step 5's reply/)
+    assert.match(out, /step 5: append_to_file → NotExecuted \(synthetic\) \[settled on resume\]: The previous action \(append_to_file\) was interrupted/)
+    assert.match(out, /step 6: read_file → Executed/)
+    assert.strictEqual(occurrences(out, "   ok   "), 8)
+    assert.notInclude(out, "FAIL")
+    assert.match(out, /no tool ran twice: Completed\(Tool\) after 8 steps, resumed 1×/)
+  })
+
+  it("readme-example.ts: runs durably, and a second run returns the recorded result; the README shows its code", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-readme-"))
+    try {
+      const first = await example("readme-example.ts", { cwd: dir })
+      assert.strictEqual(first.code, 0, first.stderr)
+      assert.strictEqual(first.stdout.trim(), "Completed(Answer) after 2 steps")
+      assert.isTrue(fs.existsSync(path.join(dir, "weather.db")))
+      const second = await example("readme-example.ts", { cwd: dir })
+      assert.strictEqual(second.code, 0, second.stderr)
+      assert.strictEqual(second.stdout.trim(), "Completed(Answer) after 2 steps")
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+    const code = fs.readFileSync(path.join(root, "examples", "readme-example.ts"), "utf8")
+    const body = code.slice(code.indexOf("\n") + 1).trim()
+    const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
+    assert.include(readme, body, "README.md shows the code of examples/readme-example.ts")
+  })
+
+  it("real-model.ts: without POLYLOOP_API_KEY it explains what to set and exits 0", async () => {
+    const result = await example("real-model.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    assert.include(result.stdout, "POLYLOOP_API_KEY is not set")
+  })
+})
