@@ -31,6 +31,7 @@ import * as ParseResult from "effect/ParseResult"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import { storeError } from "./internal/errors.js"
 import * as QueueMigrations from "./internal/queueMigrations.js"
 
 /** Where an entry is: waiting, being run, finished, or given up on. */
@@ -114,19 +115,15 @@ export interface ServeOptions<A, E, R> extends WorkerOptions {
   readonly describe?: (error: E) => string
 }
 
-const tableMissingHint = "(run Worker.migrate, or Worker.run which migrates, before using the queue)"
-
 const sqlFailure =
   (what: string, runId?: string) =>
-  (cause: SqlError): StoreError =>
-    new StoreError({
-      reason: "Unavailable",
-      message: `worker queue: ${what} failed: ${cause.message}${
-        /polyloop_queue/.test(String((cause.cause as { message?: unknown } | undefined)?.message ?? "")) ? ` ${tableMissingHint}` : ""
-      }`,
-      ...(runId === undefined ? {} : { runId }),
-      cause
-    })
+  (cause: SqlError): StoreError => {
+    const error = storeError(cause, { operation: `worker queue: ${what}`, runId })
+    // The queue's table does not exist: say how to create it.
+    return error.reason === "SchemaVersion"
+      ? new StoreError({ ...error, message: `${error.message} (run Worker.migrate, or Worker.run which migrates, first)` })
+      : error
+  }
 
 /** Creates the queue table if needed (PostgreSQL or SQLite); safe to run from many workers at once. */
 export const migrate: Effect.Effect<void, StoreError, SqlClient.SqlClient> = QueueMigrations.run.pipe(
