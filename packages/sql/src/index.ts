@@ -5,7 +5,7 @@
  */
 
 /**
- * The durable run log store on `@effect/sql` (SPEC §7): one backend over `SqlClient` for every dialect, plugged into `RunLogStore.make`, with SQLite (`layerSqlite`, the embedded default) as the first dialect.
+ * The durable run log store on `@effect/sql` (SPEC §7): one backend over `SqlClient` for every dialect, plugged into `RunLogStore.make`, with SQLite (`layerSqlite`, the embedded default) as the first dialect and PostgreSQL (`layerPg`, many workers on many machines sharing one database) as the second.
  */
 export * as SqlRunLogStore from "./SqlRunLogStore.js"
 
