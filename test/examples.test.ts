@@ -2,8 +2,9 @@
  * Every runnable example, run as a user runs it (`npx tsx examples/<name>.ts`, here through tsx's
  * own command line), asserting on its output and exit code: the tool-calling agent, the
  * code-action agent (and its `EnvError` when the runtime cannot start), the crash-and-resume
- * walk-through, the README's example (and that the README shows exactly its code), and the
- * real-model example without an API key.
+ * walk-through, the README's example (and that the README shows exactly its code), the user's
+ * own store (its contract tests are `examples/custom-store.test.ts`), and the real-model example
+ * without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
@@ -115,6 +116,12 @@ describe("examples", () => {
     const body = code.slice(code.indexOf("\n") + 1).trim()
     const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
     assert.include(readme, body, "README.md shows the code of examples/readme-example.ts")
+  })
+
+  it("custom-store.ts: the user's own store writes a run and reads it back", async () => {
+    const result = await example("custom-store.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    assert.include(result.stdout, "run demo: 1 record(s), started: true")
   })
 
   it("real-model.ts: without POLYLOOP_API_KEY it explains what to set and exits 0", async () => {
