@@ -31,6 +31,7 @@ import * as ParseResult from "effect/ParseResult"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as os from "node:os"
 import { storeError } from "./internal/errors.js"
 import * as QueueMigrations from "./internal/queueMigrations.js"
 
@@ -272,15 +273,7 @@ const randomToken = Effect.map(
   ([a, b, t]) => `${t.toString(36)}${a.toString(36)}${b.toString(36)}`
 )
 
-const defaultWorkerId = Effect.map(randomToken, (token) => {
-  const host = typeof process === "object" && typeof process.pid === "number" ? `${hostname()}:${process.pid}` : "worker"
-  return `${host}:${token.slice(-8)}`
-})
-
-const hostname = (): string => {
-  const env = typeof process === "object" ? process.env : {}
-  return env["HOSTNAME"] ?? env["COMPUTERNAME"] ?? "host"
-}
+const defaultWorkerId = Effect.map(randomToken, (token) => `${os.hostname()}:${process.pid}:${token.slice(-8)}`)
 
 const describeUnknown = (error: unknown): string => {
   if (typeof error === "object" && error !== null && "message" in error && typeof error.message === "string") {
