@@ -35,6 +35,10 @@ export type Reply =
   | { readonly _tag: "StallBody" }
   /** Sends a 200 status and the first bytes of a body, then destroys the connection. */
   | { readonly _tag: "BreakBody" }
+  /** Resets the connection (TCP RST) without answering. */
+  | { readonly _tag: "Reset" }
+  /** Answers from the request as received (e.g. with calls of the tools it declares). */
+  | { readonly _tag: "Respond"; readonly respond: (request: Received) => Reply }
 
 /** A JSON answer. */
 export const json = (body: unknown, status = 200): Reply => ({ _tag: "Json", status, body })
@@ -51,6 +55,10 @@ export const hang: Reply = { _tag: "Hang" }
 export const stallBody: Reply = { _tag: "StallBody" }
 /** Headers and part of the body, then the connection is destroyed. */
 export const breakBody: Reply = { _tag: "BreakBody" }
+/** The connection is reset once the request has arrived: no status, no body. */
+export const reset: Reply = { _tag: "Reset" }
+/** An answer computed from the request received. */
+export const respond = (f: (request: Received) => Reply): Reply => ({ _tag: "Respond", respond: f })
 
 /** A running fake server. */
 export interface FakeServer {
@@ -70,7 +78,7 @@ export const make: Effect.Effect<FakeServer, never, Scope.Scope> = Effect.gen(fu
   const received: Array<Received> = []
   const incoming = yield* Queue.unbounded<Received>()
 
-  const answer = (reply: Reply, res: Http.ServerResponse): void => {
+  const answer = (reply: Reply, request: Received, res: Http.ServerResponse): void => {
     switch (reply._tag) {
       case "Json": {
         res.writeHead(reply.status, { "content-type": "application/json" })
@@ -94,6 +102,12 @@ export const make: Effect.Effect<FakeServer, never, Scope.Scope> = Effect.gen(fu
         res.write("{\"choices\": [", () => res.destroy())
         return
       }
+      case "Reset": {
+        res.socket?.resetAndDestroy()
+        return
+      }
+      case "Respond":
+        return answer(reply.respond(request), request, res)
     }
   }
 
@@ -121,7 +135,7 @@ export const make: Effect.Effect<FakeServer, never, Scope.Scope> = Effect.gen(fu
       }
       received.push(request)
       incoming.unsafeOffer(request)
-      answer(script.shift() ?? raw(500, "{\"error\":{\"message\":\"fake server: no scripted reply\"}}"), res)
+      answer(script.shift() ?? raw(500, "{\"error\":{\"message\":\"fake server: no scripted reply\"}}"), request, res)
     })
   })
 

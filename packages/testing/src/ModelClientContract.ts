@@ -5,7 +5,9 @@
  * other rejection (4xx) with `retryable: false`; nothing else escapes (no defect); and,
  * when the client supports a hanging provider, interrupting `generate` aborts the call in
  * flight. The caller maps each generated `Condition` onto its transport (e.g. a fake HTTP
- * server on loopback answering with that status) and returns a client facing it.
+ * server on loopback answering with that status) and returns a client facing it. A client
+ * whose provider cannot express some requests (a setting its API lacks) declares them with
+ * `refuses`: it must refuse those with a non-retryable `ModelError`.
  *
  * @since 0.1.0
  */
@@ -67,6 +69,13 @@ export type ClientUnderTest<E = never> = (
 export interface Options {
   /** The client returns the provider's reply exactly (deep equality), not merely a valid one. */
   readonly exactReplies?: boolean
+  /**
+   * The requests the client cannot express for its provider (e.g. a setting its API lacks), which
+   * it refuses with `ModelError { retryable: false }` rather than send them altered. `replies`
+   * checks that refusal; the other properties draw only requests the client accepts (so most
+   * generated requests must be accepted). Default: none, every request must be served.
+   */
+  readonly refuses?: (request: ModelRequest) => boolean
   /** The client can face a provider that never answers: enables the interruption property. */
   readonly hang?: boolean
   /** How long to wait for a hanging call to start and to be aborted, in milliseconds (default 5 000). */
@@ -101,13 +110,25 @@ const permanentConditions: FastCheck.Arbitrary<Condition> = FastCheck.integer({ 
   .filter((status) => status !== 429)
   .map((status): Condition => ({ _tag: "HttpStatus", status }))
 
-const describeCondition = (condition: Condition): string =>
-  condition._tag === "HttpStatus" ? `HTTP ${condition.status}` : condition._tag === "TransportFailure" ? "a transport failure" : condition._tag
+const describeCondition = (condition: Condition): string => {
+  switch (condition._tag) {
+    case "HttpStatus":
+      return `HTTP ${condition.status}`
+    case "TransportFailure":
+      return "a transport failure"
+    case "Reply":
+      return "a provider that answers"
+    case "Hang":
+      return "a provider that never answers"
+  }
+}
 
 /** The properties of the model client contract, keyed by id (`interruption` only with `hang`). */
 export const properties = <E>(client: ClientUnderTest<E>, options: Options = {}): Readonly<Partial<Record<PropertyId, Property.Property>>> => {
   const factor = options.runsFactor ?? 1
   const runs = (n: number) => Math.max(1, Math.round(n * factor))
+  const refuses = options.refuses
+  const accepted = refuses === undefined ? requests : requests.filter((request) => !refuses(request))
   const facing = (condition: Condition) => {
     const subject = client(condition)
     return build(ModelClient, subject, `the client facing ${describeCondition(condition)}`)
@@ -139,42 +160,49 @@ export const properties = <E>(client: ClientUnderTest<E>, options: Options = {})
       })
     )
 
+  const answered = ({ reply, request }: { readonly reply: ModelReply; readonly request: ModelRequest }) =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const service = yield* facing({ _tag: "Reply", reply })
+        const got = yield* Effect.mapError(Effect.suspend(() => service.generate(request)), (error) =>
+          new Property.ContractViolation({ message: `generate facing a provider that answers failed: ${describeError(error)}` }))
+        yield* Property.ensure(isModelReply(got), () => `generate returned ${show(got)}, which is not a ModelReply`)
+        if (options.exactReplies === true) {
+          yield* Option.match(diff(reply, got), {
+            onNone: () => Effect.void,
+            onSome: (d) => Property.violation(`generate returned another reply than the provider's: ${d}`)
+          })
+        }
+      })
+    )
+
+  const refused = ({ reply, request }: { readonly reply: ModelReply; readonly request: ModelRequest }) =>
+    Effect.mapError(failsWith(false)({ condition: { _tag: "Reply", reply }, request }), (violation) =>
+      new Property.ContractViolation({ message: `${violation.message} (a request the client declares it refuses)` }))
+
   const props: Partial<Record<PropertyId, Property.Property>> = {
     replies: Property.make({
       id: "replies",
-      name: options.exactReplies === true
+      name: (options.exactReplies === true
         ? "facing a provider that answers, generate returns exactly the provider's reply, for any request"
-        : "facing a provider that answers, generate returns a valid ModelReply, for any request",
+        : "facing a provider that answers, generate returns a valid ModelReply, for any request") +
+        (refuses === undefined ? "" : " it accepts, and refuses the others with ModelError { retryable: false }"),
       numRuns: runs(25),
       arbitrary: FastCheck.record({ request: requests, reply: modelReply }),
-      check: ({ reply, request }) =>
-        Effect.scoped(
-          Effect.gen(function*() {
-            const service = yield* facing({ _tag: "Reply", reply })
-            const got = yield* Effect.mapError(Effect.suspend(() => service.generate(request)), (error) =>
-              new Property.ContractViolation({ message: `generate facing a provider that answers failed: ${describeError(error)}` }))
-            yield* Property.ensure(isModelReply(got), () => `generate returned ${show(got)}, which is not a ModelReply`)
-            if (options.exactReplies === true) {
-              yield* Option.match(diff(reply, got), {
-                onNone: () => Effect.void,
-                onSome: (d) => Property.violation(`generate returned another reply than the provider's: ${d}`)
-              })
-            }
-          })
-        )
+      check: (input) => refuses !== undefined && refuses(input.request) ? refused(input) : answered(input)
     }),
     retryable: Property.make({
       id: "retryable",
       name: "transport failures, 429 and 5xx fail with ModelError { retryable: true }",
       numRuns: runs(25),
-      arbitrary: FastCheck.record({ condition: retryableConditions, request: requests }),
+      arbitrary: FastCheck.record({ condition: retryableConditions, request: accepted }),
       check: failsWith(true)
     }),
     notRetryable: Property.make({
       id: "notRetryable",
       name: "every other rejection (4xx but 429) fails with ModelError { retryable: false }",
       numRuns: runs(25),
-      arbitrary: FastCheck.record({ condition: permanentConditions, request: requests }),
+      arbitrary: FastCheck.record({ condition: permanentConditions, request: accepted }),
       check: failsWith(false)
     })
   }
@@ -190,7 +218,7 @@ export const properties = <E>(client: ClientUnderTest<E>, options: Options = {})
       id: "interruption",
       name: "interrupting generate aborts the call in flight and the fiber exits interrupted",
       numRuns: runs(3),
-      arbitrary: requests,
+      arbitrary: accepted,
       check: (request) =>
         Effect.scoped(
           Effect.gen(function*() {

@@ -30,7 +30,7 @@ export * as EventSinkContract from "./EventSinkContract.js"
 export * as FaultInjection from "./FaultInjection.js"
 
 /**
- * The `ModelClient` contract suite (SPEC §5, §11): for any request, a provider that answers gives a valid `ModelReply` (exactly the provider's, with `exactReplies`); transport failures, rate limits (429) and server errors (5xx) fail with `ModelError { retryable: true }`; every other rejection (4xx) with `retryable: false`; nothing else escapes (no defect); and, when the client supports a hanging provider, interrupting `generate` aborts the call in flight. The caller maps each generated `Condition` onto its transport (e.g. a fake HTTP server on loopback answering with that status) and returns a client facing it.
+ * The `ModelClient` contract suite (SPEC §5, §11): for any request, a provider that answers gives a valid `ModelReply` (exactly the provider's, with `exactReplies`); transport failures, rate limits (429) and server errors (5xx) fail with `ModelError { retryable: true }`; every other rejection (4xx) with `retryable: false`; nothing else escapes (no defect); and, when the client supports a hanging provider, interrupting `generate` aborts the call in flight. The caller maps each generated `Condition` onto its transport (e.g. a fake HTTP server on loopback answering with that status) and returns a client facing it. A client whose provider cannot express some requests (a setting its API lacks) declares them with `refuses`: it must refuse those with a non-retryable `ModelError`.
  */
 export * as ModelClientContract from "./ModelClientContract.js"
 

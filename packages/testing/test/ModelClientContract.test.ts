@@ -5,7 +5,7 @@ import { ModelError } from "@polyloop/core/Errors"
 import * as ModelClient from "@polyloop/core/ModelClient"
 import type { ModelReply } from "@polyloop/core/ModelReply"
 import * as ModelClientContract from "../src/ModelClientContract.js"
-import { holdsAll, registerBroken } from "./helpers.js"
+import { breaks, holdsAll, registerBroken } from "./helpers.js"
 
 /** What a simulated HTTP transport returns for a condition. */
 type Response = { readonly status: 200; readonly body: ModelReply } | { readonly status: number; readonly body: string }
@@ -34,11 +34,12 @@ const transport = (condition: ModelClientContract.Condition): Effect.Effect<Resp
 const client = (
   retryable: (status: number) => boolean,
   onTransport: (e: TransportError) => Effect.Effect<never, ModelError> = () => Effect.fail(new ModelError({ retryable: true, message: "connection failed" })),
-  mapReply: (reply: ModelReply) => ModelReply = (reply) => reply
+  mapReply: (reply: ModelReply) => ModelReply = (reply) => reply,
+  refusal: (request: ModelClient.ModelRequest) => ModelError | undefined = () => undefined
 ): ModelClientContract.ClientUnderTest =>
 (condition) =>
-  ModelClient.layer(() =>
-    transport(condition).pipe(
+  ModelClient.layer((request) =>
+    refusal(request) ?? transport(condition).pipe(
       Effect.catchAll(onTransport),
       Effect.flatMap((response) =>
         response.status === 200 && typeof response.body !== "string"
@@ -51,8 +52,45 @@ const client = (
 const correct = client((status) => status === 429 || status >= 500)
 const all = ModelClientContract.properties(correct, { exactReplies: true, hang: true })
 
+/** A provider without seeds: requests that set one are what a client of it must refuse. */
+const setsSeed = (request: ModelClient.ModelRequest): boolean => request.settings.seed !== undefined
+
+/** `correct`, except that a request setting a seed fails with `error` instead of being sent. */
+const refusingSeeds = (error: ModelError): ModelClientContract.ClientUnderTest =>
+  client((status) => status === 429 || status >= 500, undefined, undefined, (request) => setsSeed(request) ? error : undefined)
+
 describe("ModelClientContract", () => {
   it.live("a correct client satisfies every property", () => holdsAll(all), 60_000)
+
+  it.live("a client that refuses the requests it declares with refuses satisfies every property", () =>
+    holdsAll(ModelClientContract.properties(
+      refusingSeeds(new ModelError({ retryable: false, message: "no seed setting" })),
+      { exactReplies: true, hang: true, refuses: setsSeed }
+    )), 60_000)
+
+  it.live("a client that refuses requests it does not declare breaks replies", () =>
+    breaks(
+      ModelClientContract.properties(refusingSeeds(new ModelError({ retryable: false, message: "no seed setting" }))),
+      "replies",
+      /facing a provider that answers failed: ModelError: no seed setting/
+    ), 60_000)
+
+  it.live("a client that serves a request it declares it refuses breaks replies", () =>
+    breaks(
+      ModelClientContract.properties(correct, { refuses: setsSeed }),
+      "replies",
+      /returned a reply .*must fail with ModelError \(a request the client declares it refuses\)/
+    ), 60_000)
+
+  it.live("a client that refuses a declared request as retryable breaks replies", () =>
+    breaks(
+      ModelClientContract.properties(
+        refusingSeeds(new ModelError({ retryable: true, message: "no seed setting" })),
+        { refuses: setsSeed }
+      ),
+      "replies",
+      /retryable: true.*must be retryable: false \(a request the client declares it refuses\)/
+    ), 60_000)
 
   registerBroken(all, [
     {
