@@ -57,7 +57,7 @@ import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
-import { isUniqueViolation, storeError } from "./internal/errors.js"
+import { driverCause, isUniqueViolation, storeError } from "./internal/errors.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
 import { probe } from "./internal/sqliteFile.js"
@@ -142,6 +142,18 @@ export const migrationsFor = (
 export const latestVersion = (migrations: Record<string, unknown>): number =>
   Object.keys(migrations).reduce((max, key) => Math.max(max, Number(/^(\d+)_/.exec(key)?.[1] ?? 0)), 0)
 
+/**
+ * PostgreSQL: two processes creating the migrations table at the same moment (workers starting
+ * together) — the loser fails with "already exists" (42P07) or a unique violation on the
+ * catalog (23505). Trying again finds the table and waits on the migrator's lock.
+ */
+const concurrentSchemaCreation = (error: unknown): boolean => {
+  if (typeof error !== "object" || error === null || !("_tag" in error) || error._tag !== "StoreError") return false
+  const cause = driverCause((error as StoreError).cause)
+  const code = typeof cause === "object" && cause !== null && "code" in cause ? (cause as { readonly code: unknown }).code : undefined
+  return code === "42P07" || code === "23505"
+}
+
 class MigrationPending extends Data.TaggedError("MigrationPending")<{ readonly current: number; readonly latest: number }> {}
 
 const runMigrator = Migrator.make({})
@@ -185,7 +197,7 @@ export const migrate = (
       Effect.retry({
         schedule: Schedule.spaced(Duration.millis(100)),
         times: 100,
-        while: (error) => error._tag === "MigrationPending"
+        while: (error) => error._tag === "MigrationPending" || concurrentSchemaCreation(error)
       }),
       Effect.catchTag("MigrationPending", (pending) =>
         Effect.fail(
