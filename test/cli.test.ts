@@ -7,11 +7,13 @@
  * one line on stderr, no stack trace, a non-zero exit code.
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { freshDatabaseUrl } from "./support/pg-database.js"
 
 const launcher = fileURLToPath(new URL("../packages/cli/bin/polyloop.js", import.meta.url))
 
@@ -105,7 +107,7 @@ describe.sequential("polyloop command", () => {
     assert.strictEqual(crashed.signal, "SIGKILL", `expected death by SIGKILL, got code ${crashed.code}\n${crashed.stdout}\n${crashed.stderr}`)
     assert.strictEqual(crashed.code, null)
     assert.match(crashed.stdout, /✗ SIGKILL at step 3 — replace_in_file has run, the step is not recorded yet/)
-    assert.include(crashed.stdout, "resume it with: polyloop demo --run crash-run")
+    assert.include(crashed.stdout, "resume it with: npx polyloop demo --run crash-run")
     assert.notMatch(crashed.stdout, /^step 4 /m)
     const workspace = workspaceOf(crashed.stdout)
     // The write of step 3 happened; the log does not know it.
@@ -227,6 +229,22 @@ describe.sequential("polyloop command", () => {
     assert.strictEqual(last?._tag, "RunResult")
     assert.strictEqual(last?.stopReason?._tag, "Completed")
   })
+
+  it.scoped("--pg: the demo, runs and show work on PostgreSQL", () =>
+    Effect.gen(function*() {
+      const url = yield* freshDatabaseUrl("polyloop_cli")
+      const demo = yield* Effect.promise(() => polyloop(dir, ["demo", "--pg", url, "--run", "pg-run"]))
+      assert.strictEqual(demo.code, 0, demo.stderr)
+      assert.match(demo.stdout, /store {6}the PostgreSQL store \(--pg\)/)
+      assert.match(demo.stdout, /run pg-run: Completed\(Tool\)/)
+      const [runs, shown] = yield* Effect.promise(() =>
+        Promise.all([polyloop(dir, ["runs", "--pg", url, "--json"]), polyloop(dir, ["show", "pg-run", "--pg", url])])
+      )
+      assert.strictEqual(runs.code, 0, runs.stderr)
+      assert.deepStrictEqual((JSON.parse(runs.stdout) as ReadonlyArray<{ runId: string }>).map((run) => run.runId), ["pg-run"])
+      assert.strictEqual(shown.code, 0, shown.stderr)
+      assert.match(shown.stdout, /^run pg-run {2}agent policy-editor {2}Finished: Completed\(Tool\)$/m)
+    }))
 
   it("errors: unknown run id, missing file (not created), corrupt file, not a store, bad options — one line, no stack trace", async () => {
     const missing = path.join(dir, "missing.db")

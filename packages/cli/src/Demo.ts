@@ -86,7 +86,7 @@ export const workspaceDir = (location: Store.Location, runId: string): string =>
 /** The command line that resumes a run (with `--db`/`--pg` when not the default). */
 const resumeCommand = (options: Options, runId: string): string => {
   const where = Option.isSome(options.location.pg) ? " --pg <url>" : options.location.db === "./polyloop.db" ? "" : ` --db ${options.location.db}`
-  return `polyloop demo --run ${runId}${where}`
+  return `npx polyloop demo --run ${runId}${where}`
 }
 
 /** Is this the model a real one, and how is it reached? */
@@ -378,7 +378,7 @@ export const run = (options: Options) =>
       yield* out(style.yellow(`  note       the run ended before step ${crashAt}: nothing was killed`))
     }
     const where = Option.isSome(options.location.pg) ? " --pg <url>" : options.location.db === "./polyloop.db" ? "" : ` --db ${options.location.db}`
-    yield* out(`\nlook at it: ${style.bold(`polyloop show ${runId}${where}`)}   ${style.bold(`polyloop runs${where}`)}   ${style.bold(`polyloop export ${runId}${where} --format jsonl`)}`)
+    yield* out(`\nlook at it: ${style.bold(`npx polyloop show ${runId}${where}`)}   ${style.bold(`npx polyloop runs${where}`)}   ${style.bold(`npx polyloop export ${runId}${where} --format jsonl`)}`)
     return result
   })
 
