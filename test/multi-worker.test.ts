@@ -63,12 +63,19 @@ describe.sequential("many workers on one PostgreSQL database", () => {
             // Mid-way: a good part of the runs is done, and the victim is in the middle of runs
             // (started, not finished) — the kill lands right after this is seen.
             const victim = workers[0]!
-            yield* sql<{ done: number | string; inflight: number | string }>`SELECT
+            // It is also between a side effect and its record: its charge ran, the step's result is
+            // not written yet — so the kill tests that the resumed step does not charge again.
+            yield* sql<{ done: number | string; inflight: number | string; cut: number | string }>`SELECT
                 (SELECT count(*) FROM polyloop_queue WHERE status = 'Done') AS done,
                 (SELECT count(*) FROM polyloop_queue q JOIN polyloop_runs r ON r.run_id = q.run_id
-                  WHERE q.status = 'Running' AND q.worker = ${victim.id} AND r.status = 'Unfinished') AS inflight`.pipe(
-              Effect.filterOrFail(([row]) => Number(row?.done) >= RUNS / 4 && Number(row?.inflight) >= 2, () => "not yet" as const),
-              Effect.retry({ while: (e) => e === "not yet", schedule: Schedule.spaced(Duration.millis(10)) }),
+                  WHERE q.status = 'Running' AND q.worker = ${victim.id} AND r.status = 'Unfinished') AS inflight,
+                (SELECT count(*) FROM tool_executions e WHERE e.worker = ${victim.id} AND NOT EXISTS (
+                  SELECT 1 FROM polyloop_records r WHERE r.run_id = e.run_id AND r.kind = 'ActionResulted' AND r.step = e.step)) AS cut`.pipe(
+              Effect.filterOrFail(
+                ([row]) => Number(row?.done) >= RUNS / 4 && Number(row?.inflight) >= 2 && Number(row?.cut) >= 1,
+                () => "not yet" as const
+              ),
+              Effect.retry({ while: (e) => e === "not yet", schedule: Schedule.spaced(Duration.millis(5)) }),
               Effect.timeoutFail({ duration: Duration.seconds(90), onTimeout: () => new Error("the victim never held runs mid-way") }),
               Effect.orDie
             )
@@ -158,6 +165,7 @@ describe.sequential("many workers on one PostgreSQL database", () => {
             for (const { run_id } of startedBeforeTakeover) assert.isTrue(resumed.has(run_id), `${run_id} was not resumed`)
             assert.isAbove(startedBeforeTakeover.length, 0, "no run of the killed worker had started")
             const cut = executions.filter((e) => results.get(`${e.run_id}/${e.step}`)?.outcome.status !== "Executed").length
+            assert.isAtLeast(cut, 1, "the kill cut no step between its side effect and its record")
             console.log(
               `multi-worker: ${orphaned.length} run(s) orphaned by the kill, ${startedBeforeTakeover.length} resumed, ` +
                 `${cut} step(s) cut between the side effect and its record (resumed as NotExecuted)`

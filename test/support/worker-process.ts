@@ -53,7 +53,7 @@ const main = (url: string, workerId: string) => {
           Effect.orDie
         )
         // The side effect happened; its step is not complete yet.
-        yield* Effect.sleep(Duration.millis(15))
+        yield* Effect.sleep(Duration.millis(40))
         return `charged ${amount}`
       })
   })
