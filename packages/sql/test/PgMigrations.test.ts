@@ -10,6 +10,7 @@ import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Worker from "@polyloop/sql/Worker"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -146,5 +147,20 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       assert.include(error.message, "127.0.0.1:1/nowhere")
       assert.notInclude(error.message, "s3cret")
       assert.notInclude(error.path ?? "", "s3cret")
+    }))
+
+  it.scopedLive("layerPgConfig reads the connection from Config (POLYLOOP_PG_URL by default); a missing one is a ConfigError", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const store = yield* Layer.build(SqlRunLogStore.layerPgConfig()).pipe(
+        Effect.map(Context.get(RunLogStore.RunLogStore)),
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["POLYLOOP_PG_URL", url]])))
+      )
+      yield* store.start(F.started(F.rid("configured")))
+      assert.strictEqual((yield* store.listRuns()).length, 1)
+      const missing = yield* Effect.flip(
+        Effect.scoped(Layer.build(SqlRunLogStore.layerPgConfig())).pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map())))
+      )
+      assert.strictEqual(missing._tag, "ConfigError" as string)
     }))
 })
