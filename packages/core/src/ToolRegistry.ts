@@ -250,13 +250,16 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
             registry: registry as ToolRegistry<unknown>,
             executeReport,
             execute: (action) => Effect.map(executeReport(action), (report) => report.outcome),
+            // An action this executor refuses (wrong language, unknown tool, invalid arguments)
+            // never reaches a handler, so running it again on resume only refuses it again:
+            // "Always" keeps the resumed history identical to an uninterrupted run's.
             replayPolicy: (action): ReplayPolicy =>
               action._tag === "ToolCall"
-                ? Option.match(Option.fromNullable(byName.get(action.name)), {
-                    onNone: () => "Never",
-                    onSome: (tool) => tool.replayPolicy
+                ? Either.match(validate(action), {
+                    onLeft: () => "Always",
+                    onRight: ({ tool }) => tool.replayPolicy
                   })
-                : "Never"
+                : "Always"
           }
           return derived
         })

@@ -281,13 +281,15 @@ describe("ToolRegistry: the derived executor (SPEC §6 table)", () => {
       assert.strictEqual(ok.outcome.envReportedCompletion, false)
     }))
 
-  it.effect("replayPolicy comes from the tool spec; unknown tools and code actions are Never", () =>
+  it.effect("replayPolicy comes from the tool spec; refused actions (never executed) replay", () =>
     Effect.gen(function*() {
       const { executor } = yield* makeFixture
       assert.strictEqual(executor.replayPolicy(call("submit", { answer: "x" })), "Always")
       assert.strictEqual(executor.replayPolicy(call("read", { path: "x" })), "Never")
-      assert.strictEqual(executor.replayPolicy(call("nope", {})), "Never")
-      assert.strictEqual(executor.replayPolicy(code), "Never")
+      // Refused before any handler runs: replaying only refuses again, history stays identical.
+      assert.strictEqual(executor.replayPolicy(call("nope", {})), "Always")
+      assert.strictEqual(executor.replayPolicy(call("read", { path: 42 })), "Always")
+      assert.strictEqual(executor.replayPolicy(code), "Always")
     }))
 })
 
