@@ -11,6 +11,24 @@
  * (they stay resumable) and their entries go back to `Pending`. Every update of a taken entry
  * is fenced by its token, so a worker that lost an entry never overwrites its new owner's state.
  *
+ * The queue lives in the database of the `SqlClient` in context; share one client with the
+ * store:
+ *
+ * ```ts
+ * const services = Layer.mergeAll(SqlRunLogStore.layer(), NativeToolCallParser.layer(), EventSink.layerNoop, model)
+ *   .pipe(Layer.provideMerge(SqlRunLogStore.layerPgClient({ url })))
+ * // producer
+ * yield* Worker.migrate
+ * yield* Worker.enqueue(runId("order-42"), { orderId: 42 })
+ * // each worker process (interrupt it, e.g. SIGTERM under NodeRuntime.runMain, to stop gracefully)
+ * yield* Worker.run({
+ *   concurrency: 4,
+ *   payload: Order,
+ *   resolve: (order, job) =>
+ *     Effect.map(tools.executor(), (executor) => ({ request: { runId: job.runId, agent, task: describe(order), tools }, executor }))
+ * })
+ * ```
+ *
  * @since 0.1.0
  */
 import * as SqlClient from "@effect/sql/SqlClient"
