@@ -6,8 +6,10 @@
  * error cases (unknown run id, missing file, corrupt file, not a store, model without a server):
  * one line on stderr, no stack trace, a non-zero exit code.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import * as Demo from "@polyloop/cli/Demo"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -54,9 +56,13 @@ const assertOneLineError = (result: Result, mentions: RegExp) => {
   assert.notMatch(result.stderr, /\n\s+at |\.ts:\d+/, "no stack trace")
 }
 
+/** The demo workspaces the tests made (under the system's temporary directory), removed at the end. */
+const workspaces = new Set<string>()
+
 const workspaceOf = (stdout: string): string => {
   const match = /^workspace\s+(\S+)$/m.exec(stdout)
   assert.isNotNull(match, `no workspace line in:\n${stdout}`)
+  workspaces.add(match![1]!)
   return match![1]!
 }
 
@@ -75,6 +81,9 @@ describe.sequential("polyloop command", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-cli-test-"))
   const db = path.join(dir, "polyloop.db")
   let demoRunId = ""
+  afterAll(() => {
+    for (const workspace of [dir, ...workspaces]) fs.rmSync(workspace, { recursive: true, force: true })
+  })
 
   it("demo runs the example agent on ./polyloop.db, printing each step and a summary", async () => {
     const result = await polyloop(dir, ["demo"])
@@ -166,6 +175,10 @@ describe.sequential("polyloop command", () => {
     assert.strictEqual(limited.stdout.trimEnd().split("\n").length, 2)
     assert.match(limited.stdout, /^crash-run /m)
 
+    const coloured = await polyloop(dir, ["runs"], { ...cleanEnv(), FORCE_COLOR: "1" })
+    assert.match(coloured.stdout, /\u001b\[0;32mfinished\u001b\[0m/, "FORCE_COLOR colours a piped output (as a terminal would get)")
+    assert.strictEqual(coloured.stdout.replace(/\u001b\[[0-9;]*m/g, ""), all.stdout, "colour never shifts the columns")
+
     const unfinished = await polyloop(dir, ["runs", "--status", "unfinished"])
     assert.strictEqual(unfinished.code, 0, unfinished.stderr)
     assert.strictEqual(unfinished.stdout.trim(), "no unfinished runs in ./polyloop.db")
@@ -225,6 +238,8 @@ describe.sequential("polyloop command", () => {
     const events = result.stdout.trimEnd().split("\n").map((line) => JSON.parse(line) as { _tag: string; stopReason?: { _tag: string } })
     assert.strictEqual(events[0]?._tag, "RunStarted")
     assert.strictEqual(events.filter((event) => event._tag === "StepCompleted").length, 7)
+    workspaces.add(Demo.workspaceDir({ db, pg: Option.none() }, "json-run"))
+    assert.isTrue(fs.existsSync(Demo.workspaceDir({ db, pg: Option.none() }, "json-run")), "the run's workspace is named after the store and the run id")
     const last = events.at(-1)
     assert.strictEqual(last?._tag, "RunResult")
     assert.strictEqual(last?.stopReason?._tag, "Completed")
@@ -237,6 +252,7 @@ describe.sequential("polyloop command", () => {
       assert.strictEqual(demo.code, 0, demo.stderr)
       assert.match(demo.stdout, /store {6}the PostgreSQL store \(--pg\)/)
       assert.match(demo.stdout, /run pg-run: Completed\(Tool\)/)
+      workspaceOf(demo.stdout)
       const [runs, shown] = yield* Effect.promise(() =>
         Promise.all([polyloop(dir, ["runs", "--pg", url, "--json"]), polyloop(dir, ["show", "pg-run", "--pg", url])])
       )
