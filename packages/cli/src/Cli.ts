@@ -197,7 +197,8 @@ export const exportRun = Command.make(
     Effect.gen(function*() {
       const runId = yield* decodeRunId(options.runId)
       const store = yield* RunLogStore.RunLogStore
-      const log = yield* store.readLog(runId)
+      // Exported records are checked against their schemas, not only trusted (see RunLogStore).
+      const log = yield* store.readLog(runId, { verify: true })
       if (Option.isNone(log.started)) {
         return yield* new CliError({ message: `no run with id ${JSON.stringify(runId)} in the store` })
       }

@@ -81,9 +81,13 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
       }
     }))
 
-/** Reads a run's transcript; an unknown run id is a `CliError`. */
+/**
+ * Reads a run's transcript, every record decoded with its schema (`verify`: a person reads it,
+ * so a row changed behind the store's back is reported, not shown); an unknown run id is a
+ * `CliError`.
+ */
 export const read = (runId: RunId) =>
-  Effect.flatMap(RunLogStore.RunLogStore, (store) => store.readLog(runId)).pipe(
+  Effect.flatMap(RunLogStore.RunLogStore, (store) => store.readLog(runId, { verify: true })).pipe(
     Effect.flatMap((log) =>
       Option.match(fromLog(log), {
         onNone: () => Effect.fail(new CliError({ message: `no run with id ${JSON.stringify(runId)} in the store` })),

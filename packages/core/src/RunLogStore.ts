@@ -15,10 +15,24 @@
  *   claim is released when its scope closes, including by interruption;
  * - failures are `StoreError`s; nothing already written is lost.
  *
+ * Trust boundary. Validation happens once, when a record is written: `encodeRecord` refuses
+ * (`StoreError { reason: "Encode" }`, nothing written) every record that does not satisfy its
+ * schema or whose JSON would not read back as the record (numbers that are not finite,
+ * `bigint`, cycles, `undefined` in arrays, non-plain objects where a JSON value is expected).
+ * Reading trusts the rows the store wrote: `readLog` parses each text with `JSON.parse` and
+ * checks only what holds the log together — each row is an object with a known `_tag`, the
+ * sequence numbers run 0, 1, 2, … (a gap or a duplicate is `Corrupt`), and the first record is
+ * `RunStarted`; it does not run the record schemas again. So a row changed behind the store's
+ * back (edited in the database, written by another program) whose JSON still has that shape
+ * is returned as it is. Where a person or a tool inspects a log, read it with
+ * `readLog(runId, { verify: true })` (or `verifyLog` on the texts): every record is decoded
+ * with its full schema and anything that does not decode is `StoreError { reason: "Decode" }`.
+ *
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
@@ -27,6 +41,7 @@ import type * as Scope from "effect/Scope"
 import type * as Arr from "effect/Array"
 import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
+import * as RecordJson from "./internal/recordJson.js"
 import { totalTokens } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
@@ -60,6 +75,15 @@ export interface ListRunsQuery {
   readonly status?: RunStatus
 }
 
+/** How `readLog` reads. */
+export interface ReadOptions {
+  /**
+   * Decode every record with its full schema instead of trusting the rows the store wrote
+   * (see the module header); for logs a person or a tool inspects. Default false.
+   */
+  readonly verify?: boolean
+}
+
 /** The loop-facing store. */
 export class RunLogStore extends Context.Tag("@polyloop/core/RunLogStore")<RunLogStore, RunLogStore.Service>() {}
 
@@ -67,7 +91,8 @@ export class RunLogStore extends Context.Tag("@polyloop/core/RunLogStore")<RunLo
 export declare namespace RunLogStore {
   /** @since 0.1.0 */
   export interface Service {
-    readonly readLog: (runId: RunId) => Effect.Effect<RunLog.RunLog, StoreError>
+    /** The run's log; `{ verify: true }` decodes every record with its full schema (stores built by `make`). */
+    readonly readLog: (runId: RunId, options?: ReadOptions) => Effect.Effect<RunLog.RunLog, StoreError>
     readonly start: (record: RunLog.RunStarted) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly appendReply: (runId: RunId, record: RunLog.ModelReplied) => Effect.Effect<void, StoreError | ConcurrentWriter>
     /** Writes the step's result (null: a step with no action) and its completion atomically. */
@@ -108,13 +133,23 @@ export interface Backend {
   readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
 }
 
-const encodeRecordSync = Schema.encodeSync(RunLog.RunRecord)
+const encodeRecordEither = RecordJson.makeEncoder(RunLog.RunRecord)
 const decodeRecord = Schema.decodeUnknownEither(Schema.parseJson(RunLog.RunRecord))
 
-/** Encodes a record to the JSON text stored for it. */
-export const encodeRecord = (record: RunLog.RunRecord): string => JSON.stringify(encodeRecordSync(record))
+/**
+ * Encodes a record to the JSON text stored for it: the text of `Schema.encodeSync(RunRecord)`,
+ * without running Schema on records that are already exactly typed (see the module header).
+ * Throws `StoreError { reason: "Encode" }` for a record that would not read back as written.
+ */
+export const encodeRecord = (record: RunLog.RunRecord): string => {
+  const encoded = encodeRecordEither(record)
+  if (encoded._tag === "Left") {
+    throw new StoreError({ reason: "Encode", message: `${record._tag} record ${record.seq} cannot be written: ${encoded.left}` })
+  }
+  return encoded.right
+}
 
-/** Prepares a record for a backend. */
+/** Prepares a record for a backend (throws as `encodeRecord` does). */
 export const toStored = (record: RunLog.RunRecord): StoredRecord => ({
   seq: record.seq,
   kind: record._tag,
@@ -122,64 +157,118 @@ export const toStored = (record: RunLog.RunRecord): StoredRecord => ({
   record
 })
 
-/** Decodes stored JSON texts into a log, checking that sequence numbers run 0, 1, 2, … */
+const knownKinds: ReadonlySet<unknown> = new Set<unknown>(RunLog.recordKinds)
+
+const notDecodable = (runId: RunId, index: number, problem: string) =>
+  Effect.fail(new StoreError({ reason: "Decode", runId, message: `run ${runId}: record ${index} does not decode: ${problem}` }))
+
+const outOfSequence = (runId: RunId, index: number, seq: unknown) =>
+  Effect.fail(
+    new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: record ${index} carries sequence number ${String(seq)}` })
+  )
+
+const firstNotStarted = (runId: RunId) =>
+  Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: the first record is not RunStarted` }))
+
+/**
+ * Reads stored JSON texts into a log, trusting what the store wrote (see the module header):
+ * each text must parse to an object with a known `_tag` (else `Decode`), sequence numbers must
+ * run 0, 1, 2, … and the first record must be `RunStarted` (else `Corrupt`). The record
+ * schemas are not run; `verifyLog` runs them.
+ */
 export const decodeLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<RunLog.RunLog, StoreError> =>
+  Effect.suspend(() => {
+    const records: Array<RunLog.RunRecord> = new Array(texts.length)
+    for (let i = 0; i < texts.length; i++) {
+      let value: unknown
+      try {
+        value = JSON.parse(texts[i]!)
+      } catch (error) {
+        return notDecodable(runId, i, `it is not JSON (${error instanceof Error ? error.message : String(error)})`)
+      }
+      if (typeof value !== "object" || value === null || Array.isArray(value)) {
+        return notDecodable(runId, i, "it is not a JSON object")
+      }
+      const record = value as { readonly _tag?: unknown; readonly seq?: unknown }
+      if (!knownKinds.has(record._tag)) {
+        return notDecodable(runId, i, `${JSON.stringify(record._tag) ?? "a missing _tag"} is not a record kind`)
+      }
+      if (record.seq !== i) return outOfSequence(runId, i, record.seq)
+      records[i] = value as RunLog.RunRecord
+    }
+    if (records.length > 0 && records[0]!._tag !== "RunStarted") return firstNotStarted(runId)
+    return Effect.succeed(RunLog.fromRecords(records))
+  })
+
+/**
+ * Reads stored JSON texts into a log, decoding every record with its full schema: anything
+ * that does not decode is `StoreError { reason: "Decode" }`; sequence numbers and the first
+ * record are checked as by `decodeLog`. For logs a person or a tool inspects.
+ */
+export const verifyLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<RunLog.RunLog, StoreError> =>
   Effect.suspend(() => {
     const records: Array<RunLog.RunRecord> = []
     for (let i = 0; i < texts.length; i++) {
       const decoded = decodeRecord(texts[i])
-      if (decoded._tag === "Left") {
-        return Effect.fail(
-          new StoreError({
-            reason: "Decode",
-            runId,
-            message: `run ${runId}: record ${i} does not decode: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`
-          })
-        )
-      }
-      if (decoded.right.seq !== i) {
-        return Effect.fail(
-          new StoreError({
-            reason: "Corrupt",
-            runId,
-            message: `run ${runId}: record ${i} carries sequence number ${decoded.right.seq}`
-          })
-        )
-      }
+      if (decoded._tag === "Left") return notDecodable(runId, i, ParseResult.TreeFormatter.formatErrorSync(decoded.left))
+      if (decoded.right.seq !== i) return outOfSequence(runId, i, decoded.right.seq)
       records.push(decoded.right)
     }
-    if (records.length > 0 && records[0]?._tag !== "RunStarted") {
-      return Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: the first record is not RunStarted` }))
-    }
+    if (records.length > 0 && records[0]?._tag !== "RunStarted") return firstNotStarted(runId)
     return Effect.succeed(RunLog.fromRecords(records))
   })
 
-const checkContiguous = (runId: RunId, records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>): Effect.Effect<void, ConcurrentWriter> => {
+/** The first record out of sequence within one append, if any. */
+const outOfOrder = (runId: RunId, records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>): ConcurrentWriter | undefined => {
   for (let i = 1; i < records.length; i++) {
     const prev = records[i - 1]!
     const cur = records[i]!
-    if (cur.seq !== prev.seq + 1) {
-      return Effect.fail(new ConcurrentWriter({ runId, expectedSeq: prev.seq + 1, actualSeq: cur.seq }))
-    }
+    if (cur.seq !== prev.seq + 1) return new ConcurrentWriter({ runId, expectedSeq: prev.seq + 1, actualSeq: cur.seq })
   }
-  return Effect.void
+  return undefined
+}
+
+const cannotWrite = (runId: RunId, record: RunLog.RunRecord, problem: string, cause?: unknown) =>
+  new StoreError({
+    reason: "Encode",
+    runId,
+    message: `run ${runId}: ${record._tag} record ${record.seq} cannot be written: ${problem}`,
+    ...(cause === undefined ? {} : { cause })
+  })
+
+/** Encodes the records of one append; the first that cannot be written fails the whole append. */
+const encodeAll = (
+  runId: RunId,
+  records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>
+): Arr.NonEmptyReadonlyArray<StoredRecord> | StoreError => {
+  const stored: Array<StoredRecord> = []
+  for (const record of records) {
+    let encoded: Either.Either<string, string>
+    try {
+      encoded = encodeRecordEither(record)
+    } catch (cause) {
+      // A getter or proxy in a record that throws while it is read.
+      return cannotWrite(runId, record, "reading it threw", cause)
+    }
+    if (encoded._tag === "Left") return cannotWrite(runId, record, encoded.left)
+    stored.push({ seq: record.seq, kind: record._tag, json: encoded.right, record })
+  }
+  return stored as unknown as Arr.NonEmptyReadonlyArray<StoredRecord>
 }
 
 /** Builds the loop-facing service over a backend. */
 export const make = (backend: Backend): RunLogStore.Service => {
+  // Checked and encoded before the backend sees anything: a refused append writes nothing.
   const append = (runId: RunId, records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>) =>
-    checkContiguous(runId, records).pipe(
-      Effect.zipRight(
-        Effect.try({
-          try: () => records.map(toStored) as unknown as Arr.NonEmptyReadonlyArray<StoredRecord>,
-          catch: (cause) =>
-            new StoreError({ reason: "Encode", runId, message: `run ${runId}: a record does not encode`, cause })
-        })
-      ),
-      Effect.flatMap((stored) => backend.append(runId, stored))
-    )
+    Effect.suspend(() => {
+      const conflict = outOfOrder(runId, records)
+      if (conflict !== undefined) return Effect.fail(conflict)
+      const stored = encodeAll(runId, records)
+      return stored instanceof StoreError ? Effect.fail(stored) : backend.append(runId, stored)
+    })
   return {
-    readLog: (runId) => backend.read(runId).pipe(Effect.flatMap((texts) => decodeLog(runId, texts))),
+    readLog: (runId, options) =>
+      Effect.flatMap(backend.read(runId), (texts) => options?.verify === true ? verifyLog(runId, texts) : decodeLog(runId, texts)),
     start: (record) => append(record.runId, [record]),
     appendReply: (runId, record) => append(runId, [record]),
     completeStep: (runId, result, step) => append(runId, result === null ? [step] : [result, step]),
