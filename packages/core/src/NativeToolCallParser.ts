@@ -17,7 +17,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { ToolCall } from "./Action.js"
+import type { ToolCall } from "./Action.js"
 import { DecisionParser } from "./DecisionParser.js"
 import * as Json from "./internal/json.js"
 import type { ModelReply } from "./ModelReply.js"
@@ -47,6 +47,9 @@ export const idOf = (options: Options = {}): string => {
 
 const isBlank = (text: string): boolean => text.trim().length === 0
 
+/** A tool call (the fields are the reply's own, already strings: no schema validation needed). */
+const toolCall = (id: string, name: string, args: unknown): ToolCall => ({ _tag: "ToolCall", id, name, arguments: args })
+
 /** The pure decision function behind `make(options).parse`. Total and deterministic. */
 export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedReply.ParsedReply) => {
   const resolved = resolveOptions(options)
@@ -61,7 +64,7 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
     const call = calls[0]
     if (call !== undefined) {
       if (isBlank(call.argumentsText)) {
-        return ParsedReply.act(ToolCall.make({ id: call.id, name: call.name, arguments: {} }))
+        return ParsedReply.act(toolCall(call.id, call.name, {}))
       }
       const parsed = Json.parse(call.argumentsText)
       if (parsed._tag === "Error") {
@@ -69,7 +72,7 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
           `The arguments of your call to ${JSON.stringify(call.name)} are not valid JSON: ${parsed.problem}. Call the tool again with a JSON object as its arguments.`
         )
       }
-      return ParsedReply.act(ToolCall.make({ id: call.id, name: call.name, arguments: parsed.value }))
+      return ParsedReply.act(toolCall(call.id, call.name, parsed.value))
     }
     if (isBlank(reply.text)) return ParsedReply.noAction
     return resolved.onText === "Finish" ? ParsedReply.finish(reply.text) : ParsedReply.noAction

@@ -36,11 +36,14 @@ export const DecisionKind = Schema.Literal("Act", "Finish", "NoAction", "Invalid
 /** @since 0.1.0 */
 export type DecisionKind = typeof DecisionKind.Type
 
-/** Constructors. */
-export const act = (action: Action): ParsedReply => Act.make({ action })
+/**
+ * Constructors. They build the plain values the schemas describe without running the schemas'
+ * validation: the arguments are already typed, and a parser builds one decision per step.
+ */
+export const act = (action: Action): ParsedReply => ({ _tag: "Act", action })
 /** @since 0.1.0 */
-export const finish = (answer: string): ParsedReply => Finish.make({ answer })
+export const finish = (answer: string): ParsedReply => ({ _tag: "Finish", answer })
 /** @since 0.1.0 */
 export const noAction: ParsedReply = NoAction.make({})
 /** @since 0.1.0 */
-export const invalid = (explanation: string): ParsedReply => InvalidDecision.make({ explanation })
+export const invalid = (explanation: string): ParsedReply => ({ _tag: "InvalidDecision", explanation })
