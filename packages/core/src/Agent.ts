@@ -27,7 +27,7 @@ import { ActionExecutor } from "./ActionExecutor.js"
 import type { ActionOutcome } from "./ActionOutcome.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import { DecisionParser } from "./DecisionParser.js"
-import { ExecutorRegistryMismatch, InvalidRunRequest, type RunError, SnapshotMismatch } from "./Errors.js"
+import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import { type ResultId, RunId, type StepIndex } from "./Ids.js"
 import * as History from "./internal/history.js"
@@ -112,6 +112,8 @@ interface Run {
   readonly traced: boolean
   /** The sink drops everything (`EventSink.layerNoop`): events are not delivered at all. */
   readonly silent: boolean
+  /** The run's `Clock` (read once per step boundary; `TestClock` included). */
+  readonly clock: Clock.Clock
   state: State.State
 }
 
@@ -139,6 +141,10 @@ const emit = (run: Run, event: LoopEvent): Effect.Effect<void> =>
       }),
       Effect.logDebug(`polyloop: event ${event._tag} not delivered: ${error.message}`)
     ))
+
+/** Emits two events in order (the second one's `emit` is called after the first was delivered). */
+const emitBoth = (run: Run, first: LoopEvent, second: LoopEvent): Effect.Effect<void> =>
+  run.silent ? Effect.void : Effect.flatMap(emit(run, first), () => emit(run, second))
 
 /** The stop judgment of SPEC §9, in order: environment error, completion, then the four budgets. */
 const judge = (run: Run): StopReason | undefined => {
@@ -212,12 +218,18 @@ const intoHistory = (run: Run, action: Action, outcome: ActionOutcome): ActionOu
 /** Runs an action under its `ToolContext`; the derived executor also reports whether the handler failed. */
 const execute = (run: Run, step: number, action: Action): Effect.Effect<{ readonly outcome: ActionOutcome; readonly handlerFailed: boolean }> => {
   const callId = History.callIdOf(action, step)
+  const toolContext = ToolContext.make({ runId: run.runId, step, callId })
+  // The derived executor provides the ToolContext to the handler itself, together with the
+  // services it captured (one provide per call, and none for a refused action).
   const effect =
     run.derived !== undefined
-      ? run.derived.executeReport(action)
-      : Effect.map(run.executor.execute(action), (outcome) => ({ outcome, handlerFailed: false }))
+      ? run.derived.executeReport(action, toolContext)
+      : Effect.provideService(
+        Effect.map(run.executor.execute(action), (outcome) => ({ outcome, handlerFailed: false })),
+        ToolContext.ToolContext,
+        toolContext
+      )
   return effect.pipe(
-    Effect.provideService(ToolContext.ToolContext, ToolContext.make({ runId: run.runId, step, callId })),
     span(run, "Agent.action", () => ({
       "polyloop.run_id": run.runId,
       "polyloop.step": step,
@@ -227,67 +239,71 @@ const execute = (run: Run, step: number, action: Action): Effect.Effect<{ readon
   )
 }
 
+/** The outcome recorded for an action interrupted in flight whose replay policy is `"Never"`. */
+const interruptedOutcome = (run: Run, action: Action): ActionOutcome => ({
+  status: "NotExecuted",
+  observation: History.fillFor(run.texts.synthetic.interrupted, action, "the run stopped while the action was in flight", run.texts),
+  observationIsSynthetic: true,
+  envReportedCompletion: false,
+  observationTruncatedChars: 0
+})
+
+const resultRecord = (
+  run: Run,
+  step: number,
+  action: Action,
+  outcome: ActionOutcome,
+  executorObservation: string,
+  handlerFailed: boolean
+): RunLog.ActionResulted => ({
+  _tag: "ActionResulted",
+  seq: run.state.seq,
+  resultId: resultIdOf(step),
+  step: asStep(step),
+  action,
+  outcome,
+  executorObservation,
+  handlerFailed
+})
+
 /**
- * Completes a step whose reply is logged: executes its action (or, on resume of an action whose
- * replay policy is `"Never"`, records it as interrupted), writes the result and the step
- * atomically, renders the step into history and emits its events.
+ * The result of a step's action: executed (its outcome as it enters history), or, on resume of
+ * an action whose replay policy is `"Never"`, recorded as interrupted without running it.
  */
-const settle = (run: Run, step: number, reply: ModelReply, parsed: ParsedReply, startedAt: number, resumed: boolean) =>
-  Effect.gen(function*() {
-    const decision = History.assignCallId(parsed, step)
-    yield* emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision })
-    let result: RunLog.ActionResulted | null = null
-    if (decision._tag === "Act") {
-      const action = decision.action
-      let outcome: ActionOutcome
-      let executorObservation = ""
-      let handlerFailed = false
-      if (resumed && run.executor.replayPolicy(action) === "Never") {
-        outcome = {
-          status: "NotExecuted",
-          observation: History.fillFor(
-            run.texts.synthetic.interrupted,
-            action,
-            "the run stopped while the action was in flight",
-            run.texts
-          ),
-          observationIsSynthetic: true,
-          envReportedCompletion: false,
-          observationTruncatedChars: 0
-        }
-      } else {
-        const report = yield* execute(run, step, action)
-        executorObservation = report.outcome.observation
-        handlerFailed = report.handlerFailed
-        outcome = intoHistory(run, action, report.outcome)
-      }
-      result = {
-        _tag: "ActionResulted",
-        seq: run.state.seq,
-        resultId: resultIdOf(step),
-        step: asStep(step),
-        action,
-        outcome,
-        executorObservation,
-        handlerFailed
-      }
-    }
-    const now = yield* Clock.currentTimeMillis
-    const elapsed = Math.max(0, now - startedAt)
-    const completed: RunLog.StepCompleted = {
-      _tag: "StepCompleted",
-      seq: result === null ? run.state.seq : run.state.seq + 1,
-      step: asStep(step),
-      decision,
-      resultId: result === null ? null : result.resultId,
-      usage: reply.usage,
-      elapsed
-    }
-    yield* run.store.completeStep(run.runId, result, completed)
+const actionResult = (run: Run, step: number, action: Action, resumed: boolean): Effect.Effect<RunLog.ActionResulted> =>
+  resumed && run.executor.replayPolicy(action) === "Never"
+    ? Effect.succeed(resultRecord(run, step, action, interruptedOutcome(run, action), "", false))
+    : Effect.map(execute(run, step, action), (report) =>
+      resultRecord(run, step, action, intoHistory(run, action, report.outcome), report.outcome.observation, report.handlerFailed))
+
+/** Writes the step's result and completion atomically, then renders the step into history and emits its events. */
+const completeStep = (
+  run: Run,
+  step: number,
+  reply: ModelReply,
+  decision: ParsedReply,
+  result: RunLog.ActionResulted | null,
+  startedAt: number,
+  resumed: boolean
+): Effect.Effect<void, RunError> => {
+  const elapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+  const completed: RunLog.StepCompleted = {
+    _tag: "StepCompleted",
+    seq: result === null ? run.state.seq : run.state.seq + 1,
+    step: asStep(step),
+    decision,
+    resultId: result === null ? null : result.resultId,
+    usage: reply.usage,
+    elapsed
+  }
+  return Effect.flatMap(run.store.completeStep(run.runId, result, completed), () => {
     run.state.seq = completed.seq + 1
     State.applyStep(run.state, reply, completed, result, run.texts)
-    if (result !== null) {
-      yield* emit(run, {
+    const stepCompleted: LoopEvent = { _tag: "StepCompleted", runId: run.runId, step, decision: decision._tag, usage: reply.usage, elapsed }
+    if (result === null) return emit(run, stepCompleted)
+    return emitBoth(
+      run,
+      {
         _tag: "ActionExecuted",
         runId: run.runId,
         step,
@@ -295,10 +311,34 @@ const settle = (run: Run, step: number, reply: ModelReply, parsed: ParsedReply, 
         outcome: result.outcome,
         executorObservation: result.executorObservation,
         replayed: resumed
-      })
-    }
-    yield* emit(run, { _tag: "StepCompleted", runId: run.runId, step, decision: decision._tag, usage: reply.usage, elapsed })
+      },
+      stepCompleted
+    )
   })
+}
+
+/**
+ * Completes a step whose reply is logged: executes its action (or, on resume of an action whose
+ * replay policy is `"Never"`, records it as interrupted), writes the result and the step
+ * atomically, renders the step into history and emits its events. Written as a chain of
+ * `flatMap`s rather than `Effect.gen`: it runs once per step and the generator costs more than
+ * the work.
+ */
+const settle = (
+  run: Run,
+  step: number,
+  reply: ModelReply,
+  parsed: ParsedReply,
+  startedAt: number,
+  resumed: boolean
+): Effect.Effect<void, RunError> => {
+  const decision = History.assignCallId(parsed, step)
+  return Effect.flatMap(emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision }), () =>
+    decision._tag === "Act"
+      ? Effect.flatMap(actionResult(run, step, decision.action, resumed), (result) =>
+        completeStep(run, step, reply, decision, result, startedAt, resumed))
+      : completeStep(run, step, reply, decision, null, startedAt, resumed))
+}
 
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number) => {
@@ -307,42 +347,42 @@ const generate = (run: Run, step: number) => {
     tools: run.modelTools,
     settings: run.request.agent.modelSettings
   }
-  const call = run.model.generate(request).pipe(
-    Effect.tapError((error) => Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`))
-  )
-  // The happy path pays for no schedule: `Effect.retry` starts only after a retryable failure,
-  // replaying that failure as its first attempt, so the model is called `maxAttempts` times in all.
+  const call = run.model.generate(request)
+  const logFailure = (error: ModelError) =>
+    Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
+  // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
+  // retryable failure, replaying that failure as its first attempt, so the model is called
+  // `maxAttempts` times in all. Every failed attempt is logged.
   return call.pipe(
-    Effect.catchIf(
-      (error) => error.retryable,
-      (first) => {
-        let replayed = false
-        const again = Effect.suspend(() => {
-          if (replayed) return call
-          replayed = true
-          return Effect.fail(first)
-        })
-        return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
-      }
-    ),
+    Effect.catchAll((first) => {
+      if (!first.retryable) return Effect.zipRight(logFailure(first), Effect.fail(first))
+      const logged = Effect.tapError(call, logFailure)
+      let replayed = false
+      const again = Effect.suspend(() => {
+        if (replayed) return logged
+        replayed = true
+        return Effect.zipRight(logFailure(first), Effect.fail(first))
+      })
+      return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
+    }),
     span(run, "Agent.model", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))
   )
 }
 
 /** One live step: model call, durable reply, parse, then `settle`. */
-const runStep = (run: Run) => {
+const runStep = (run: Run): Effect.Effect<void, RunError> => {
   const step = run.state.steps
-  return Effect.gen(function*() {
-    const startedAt = yield* Clock.currentTimeMillis
-    yield* emit(run, { _tag: "StepStarted", runId: run.runId, step })
-    const reply = yield* generate(run, step)
-    const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
-    yield* run.store.appendReply(run.runId, replied)
-    run.state.seq += 1
-    yield* emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply })
-    const decision = yield* run.parser.parse(reply)
-    yield* settle(run, step, reply, decision, startedAt, false)
-  }).pipe(span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step })))
+  const startedAt = run.clock.unsafeCurrentTimeMillis()
+  const body = Effect.flatMap(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
+    Effect.flatMap(generate(run, step), (reply) => {
+      const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
+      return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
+        run.state.seq += 1
+        return Effect.flatMap(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
+          Effect.flatMap(run.parser.parse(reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
+      })
+    }))
+  return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
 }
 
 /** Appends `RunFinished` and emits its event. */
@@ -370,13 +410,11 @@ const finish = (run: Run, stopReason: StopReason) =>
     return resultOf(run.runId, record)
   })
 
-const loop = (run: Run) =>
-  Effect.gen(function*() {
-    while (true) {
-      const stop = judge(run)
-      if (stop !== undefined) return yield* finish(run, stop)
-      yield* runStep(run)
-    }
+/** Steps until the stop judgment says stop, then finishes the run. */
+const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
+  Effect.suspend(() => {
+    const stop = judge(run)
+    return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => loop(run))
   })
 
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
@@ -466,6 +504,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     const model = yield* ModelClient
     const sink = yield* EventSink.EventSink
     const tracer = yield* Effect.tracer
+    const clock = yield* Effect.clock
     return yield* Effect.scoped(
       Effect.gen(function*() {
         // Claim first, then read the log once: under the claim nobody else writes, so what is
@@ -505,6 +544,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           traced: Tracing.isTraced(tracer),
           silent: EventSink.isNoop(sink),
+          clock,
           state: State.fresh(messages)
         }
         if (Option.isSome(log.started)) {

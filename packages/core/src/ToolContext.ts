@@ -24,6 +24,8 @@ export declare namespace ToolContext {
 
 /** Makes a context; the idempotency key is derived. */
 export const make = (fields: { readonly runId: string; readonly step: number; readonly callId: string }): ToolContext.Service => ({
-  ...fields,
+  runId: fields.runId,
+  step: fields.step,
+  callId: fields.callId,
   idempotencyKey: `${fields.runId}/${fields.step}/${fields.callId}`
 })

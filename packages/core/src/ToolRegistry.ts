@@ -70,7 +70,12 @@ const DerivedExecutorTypeId: unique symbol = Symbol.for("@polyloop/core/ToolRegi
 export interface DerivedExecutor extends ActionExecutor.Service {
   readonly [DerivedExecutorTypeId]: typeof DerivedExecutorTypeId
   readonly registry: ToolRegistry<unknown>
-  readonly executeReport: (action: Action) => Effect.Effect<ExecutionReport>
+  /**
+   * Executes and reports. `toolContext` is the call's `ToolContext` (the loop passes it, so it
+   * is provided to the handler together with the captured services, in one step); without it,
+   * the handler gets the `ToolContext` in scope, or a standalone one for its call id.
+   */
+  readonly executeReport: (action: Action, toolContext?: ToolContext.ToolContext.Service) => Effect.Effect<ExecutionReport>
 }
 
 /** Is this executor derived from a registry? */
@@ -124,49 +129,77 @@ class ToolTimeout {
   constructor(readonly tool: string, readonly timeout: Duration.Duration) {}
 }
 
-const runHandler = (
+/** What a handler needs besides its arguments. */
+interface HandlerServices {
+  /** The services captured at derivation; undefined when there are none (nothing to provide). */
+  readonly captured: Context.Context<never> | undefined
+  /** The call's `ToolContext`, when the caller passes it. */
+  readonly toolContext: ToolContext.ToolContext.Service | undefined
+}
+
+/** The handler's effect with its services: one provide per call (captured services and the call's ToolContext together). */
+const provideHandler = (
   validated: ValidatedCall,
-  handler: (args: unknown) => Effect.Effect<string, unknown, unknown>
-): Effect.Effect<ExecutionReport> => {
-  const tool = validated.tool
-  // The loop provides the ToolContext; a standalone call gets one for its call id.
-  const withContext = Effect.flatMap(Effect.serviceOption(ToolContext.ToolContext), (ctx) =>
+  effect: Effect.Effect<string, unknown, unknown>,
+  services: HandlerServices
+): Effect.Effect<string, unknown> => {
+  const { captured, toolContext } = services
+  if (toolContext !== undefined) {
+    return (captured === undefined
+      ? Effect.provideService(effect, ToolContext.ToolContext, toolContext)
+      : Effect.provide(effect, Context.add(captured, ToolContext.ToolContext, toolContext))) as Effect.Effect<string, unknown>
+  }
+  // Called outside the loop: the ToolContext in scope, or a standalone one for the call id.
+  const withCaptured = captured === undefined ? effect : Effect.provide(effect, captured)
+  return Effect.flatMap(Effect.serviceOption(ToolContext.ToolContext), (ctx) =>
     Option.isSome(ctx)
-      ? handler(validated.args)
+      ? withCaptured
       : Effect.provideService(
-        handler(validated.args),
+        withCaptured,
         ToolContext.ToolContext,
         ToolContext.make({ runId: "standalone", step: 0, callId: validated.call.id })
-      )
-  ) as Effect.Effect<string, unknown>
+      )) as Effect.Effect<string, unknown>
+}
+
+/** The report of a handler that failed (ordinary error or timeout). */
+const handlerFailure = (tool: Tool.Any, error: unknown): ExecutionReport => {
+  const outcome = error instanceof ToolTimeout
+    ? ActionOutcome.executed(`ToolTimeout: ${error.tool} exceeded ${Duration.format(error.timeout)}`)
+    : Predicate.isTagged(error, "ToolEnvironmentError")
+    ? ActionOutcome.envError(errorMessage(error))
+    : ActionOutcome.executed(describeFailure(error))
+  return { outcome, handlerFailed: true, tool: Option.some(tool) }
+}
+
+const runHandler = (
+  validated: ValidatedCall,
+  handler: (args: unknown) => Effect.Effect<string, unknown, unknown>,
+  services: HandlerServices
+): Effect.Effect<ExecutionReport> => {
+  const tool = validated.tool
+  // Suspended: the handler is called when the effect runs, and a throw becomes a defect.
+  const provided = provideHandler(validated, Effect.suspend(() => handler(validated.args)), services)
   const timed: Effect.Effect<string, unknown> =
     tool.timeout === undefined
-      ? withContext
-      : Effect.timeoutFail(withContext, {
+      ? provided
+      : Effect.timeoutFail(provided, {
           duration: tool.timeout,
           onTimeout: () => new ToolTimeout(tool.name, tool.timeout!)
         })
-  const report = (outcome: ActionOutcome.ActionOutcome, handlerFailed: boolean): ExecutionReport => ({
-    outcome,
-    handlerFailed,
-    tool: Option.some(tool)
-  })
   return timed.pipe(
-    Effect.map((observation) => report(ActionOutcome.executed(observation), false)),
-    Effect.catchAll((error) => {
-      if (error instanceof ToolTimeout) {
-        return Effect.succeed(
-          report(ActionOutcome.executed(`ToolTimeout: ${error.tool} exceeded ${Duration.format(error.timeout)}`), true)
-        )
-      }
-      if (Predicate.isTagged(error, "ToolEnvironmentError")) {
-        return Effect.succeed(report(ActionOutcome.envError(errorMessage(error)), true))
-      }
-      return Effect.succeed(report(ActionOutcome.executed(describeFailure(error)), true))
+    Effect.match({
+      onSuccess: (observation): ExecutionReport => ({
+        outcome: ActionOutcome.executed(observation),
+        handlerFailed: false,
+        tool: Option.some(tool)
+      }),
+      onFailure: (error) => handlerFailure(tool, error)
     }),
     // A thrown exception or a defect in a handler is an ordinary failure of the action. Only
     // defects are handled here: interruption is not a defect and passes through untouched.
-    Effect.catchAllDefect((defect) => Effect.succeed(report(ActionOutcome.executed(describeFailure(defect)), true))),
+    Effect.catchAllDefect((defect) =>
+      Effect.succeed<ExecutionReport>({ outcome: ActionOutcome.executed(describeFailure(defect)), handlerFailed: true, tool: Option.some(tool) })
+    ),
     Tracing.withSpanIfTraced("ToolRegistry.execute", () => ({ "polyloop.tool": tool.name, "polyloop.call_id": validated.call.id }))
   )
 }
@@ -188,10 +221,10 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
   const validate = (call: ToolCall): Either.Either<ValidatedCall, UnknownTool | InvalidArguments> => {
     const tool = byName.get(call.name)
     if (tool === undefined) return Either.left(new UnknownTool({ name: call.name, available: names }))
-    return Either.match(decoderFor(tool)(call.arguments), {
-      onLeft: (error) => Either.left(new InvalidArguments({ tool: tool.name, issues: formatIssues(error) })),
-      onRight: (args) => Either.right({ call, tool, args })
-    })
+    const decoded = decoderFor(tool)(call.arguments)
+    return Either.isLeft(decoded)
+      ? Either.left(new InvalidArguments({ tool: tool.name, issues: formatIssues(decoded.left) }))
+      : Either.right({ call, tool, args: decoded.right })
   }
   const registry: ToolRegistry<R> = {
     tools,
@@ -220,8 +253,11 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
         if (missing.length > 0) return Effect.fail(new MissingToolHandler({ tools: missing }))
         // The services the handlers need are captured now; a `ToolContext` that happens to be in
         // scope at derivation is dropped, so it can never shadow the one of the call being served.
-        return Effect.map(Effect.map(Effect.context<never>(), Context.omit(ToolContext.ToolContext)), (context) => {
-          const executeReport = (action: Action): Effect.Effect<ExecutionReport> => {
+        return Effect.map(Effect.context<never>(), (context) => {
+          const rest = Context.omit(ToolContext.ToolContext)(context)
+          // Handlers that need no service get nothing provided but their ToolContext.
+          const captured = rest.unsafeMap.size === 0 ? undefined : rest
+          const executeReport = (action: Action, toolContext?: ToolContext.ToolContext.Service): Effect.Effect<ExecutionReport> => {
             if (action._tag !== "ToolCall") {
               return Effect.succeed({
                 outcome: ActionOutcome.notExecuted(
@@ -231,19 +267,12 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
                 tool: Option.none()
               })
             }
-            return Either.match(validate(action), {
-              onLeft: (error) =>
-                Effect.succeed({
-                  outcome: ActionOutcome.notExecuted(error.message),
-                  handlerFailed: false,
-                  tool: Option.none()
-                }),
-              onRight: (validated) =>
-                Effect.provide(
-                  runHandler(validated, validated.tool.handler as (args: unknown) => Effect.Effect<string, unknown, unknown>),
-                  context
-                )
-            })
+            const validated = validate(action)
+            if (Either.isLeft(validated)) {
+              return Effect.succeed({ outcome: ActionOutcome.notExecuted(validated.left.message), handlerFailed: false, tool: Option.none() })
+            }
+            const call = validated.right
+            return runHandler(call, call.tool.handler as (args: unknown) => Effect.Effect<string, unknown, unknown>, { captured, toolContext })
           }
           const derived: DerivedExecutor = {
             [DerivedExecutorTypeId]: DerivedExecutorTypeId,
