@@ -120,6 +120,30 @@ const parametersFromJsonSchema = (jsonSchema: unknown) =>
 export const toAiTool = (tool: ToolDefinition): AiTool.Any =>
   AiTool.make(tool.name, { description: tool.description }).setParameters(parametersFromJsonSchema(tool.parameters))
 
+/** Tool names every major provider accepts (OpenAI, Anthropic): 1–64 of `[a-zA-Z0-9_-]`. */
+export const toolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/
+
+/**
+ * What is wrong with tool definitions a provider cannot take: a name outside
+ * `toolNamePattern`, a name given twice, parameters that are not a JSON Schema object.
+ * Empty when all are fine. Such a request is refused before any call, as a non-retryable
+ * `ModelError`, instead of failing inside the provider with a less precise message.
+ */
+export const invalidTools = (tools: ReadonlyArray<ToolDefinition>): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const seen = new Set<string>()
+  for (const tool of tools) {
+    const name = JSON.stringify(tool.name)
+    if (!toolNamePattern.test(tool.name)) problems.push(`name ${name} is not 1-64 of [a-zA-Z0-9_-]`)
+    else if (seen.has(tool.name)) problems.push(`name ${name} is given twice`)
+    seen.add(tool.name)
+    if (typeof tool.parameters !== "object" || tool.parameters === null || Array.isArray(tool.parameters)) {
+      problems.push(`parameters of ${name} are not a JSON Schema object`)
+    }
+  }
+  return problems
+}
+
 /**
  * The tool definitions as an `@effect/ai` toolkit whose handler is never called (tool-call
  * resolution is disabled; calling it is a defect).
@@ -206,6 +230,15 @@ export const make = (options: Options = {}): Effect.Effect<ModelClient.Service, 
     const applySettings = options.applySettings
 
     const generate = (request: ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> => {
+      const badTools = invalidTools(request.tools)
+      if (badTools.length > 0) {
+        return Effect.fail(
+          new ModelError({
+            retryable: false,
+            message: `${source}: tool definitions the provider cannot take: ${badTools.join("; ")}`
+          })
+        )
+      }
       const call = model.generateText({
         prompt: toPrompt(request.messages),
         toolkit: toToolkit(request.tools),

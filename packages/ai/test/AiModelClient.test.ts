@@ -268,6 +268,27 @@ describe("AiModelClient over any LanguageModel", () => {
       return { seen, layer: Layer.succeed(LanguageModel.LanguageModel, model) }
     })
 
+  it.effect("tool definitions a provider cannot take are refused before any call, not retryable", () =>
+    Effect.gen(function*() {
+      const { seen, layer } = yield* fakeModel([])
+      const client = yield* Effect.provide(AiModelClient.make(), layer)
+      const object = { type: "object", properties: {} }
+      const bad: ReadonlyArray<ReadonlyArray<ToolDefinition>> = [
+        [{ name: "", description: "", parameters: object }],
+        [{ name: "__proto__ x", description: "", parameters: object }],
+        [{ name: "a".repeat(65), description: "", parameters: object }],
+        [{ name: "read", description: "", parameters: object }, { name: "read", description: "", parameters: object }],
+        [{ name: "read", description: "", parameters: 0 }]
+      ]
+      for (const tools of bad) {
+        const error = yield* Effect.flip(client.generate({ messages: [Message.User.make({ text: "hi" })], tools, settings: {} }))
+        assert.strictEqual(error.retryable, false)
+        assert.include(error.message, "tool definitions the provider cannot take")
+      }
+      assert.strictEqual(seen.length, 0)
+      assert.deepStrictEqual(AiModelClient.invalidTools([{ name: "read_file-2", description: "", parameters: object }]), [])
+    }))
+
   const finish = (inputTokens: number | undefined, outputTokens: number | undefined): Response.PartEncoded => ({
     type: "finish",
     reason: "stop",

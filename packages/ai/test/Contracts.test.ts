@@ -31,6 +31,7 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type { ModelClient, ModelRequest } from "@polyloop/core/ModelClient"
 import type { ModelReply } from "@polyloop/core/ModelReply"
+import * as AiModelClient from "@polyloop/ai/AiModelClient"
 import * as OpenAiCompatible from "@polyloop/ai/OpenAiCompatible"
 import * as OpenAiResponses from "@polyloop/ai/OpenAiResponses"
 import * as ModelClientContract from "@polyloop/testing/ModelClientContract"
@@ -236,7 +237,8 @@ const responses = (transportFailure: TransportFailure) =>
   )
 
 /** The Responses API has no `seed` and no `stop`: a request setting either is refused, never sent without it. */
-const refuses = (request: ModelRequest): boolean => request.settings.seed !== undefined || request.settings.stop !== undefined
+const refuses = (request: ModelRequest): boolean =>
+  request.settings.seed !== undefined || request.settings.stop !== undefined || AiModelClient.invalidTools(request.tools).length > 0
 
 ModelClientContract.suite("OpenAiResponses", responses("reset"), { hang: true, refuses })
 retryableWhenRefused("OpenAiResponses", responses("refused"), { refuses })
