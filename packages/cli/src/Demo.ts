@@ -42,7 +42,6 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import type * as Redacted from "effect/Redacted"
-import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as nodeFs from "node:fs"
 import * as os from "node:os"
@@ -162,23 +161,6 @@ const killSelf = (line: string): Effect.Effect<never> =>
     }),
     Effect.never
   )
-
-/**
- * Is a claim's owner a process of this machine that no longer runs? The SQL store names an owner
- * `<host>:<pid>:<n>:<random>`; anything else counts as alive (a real concurrent owner).
- */
-const isDeadOwner = (owner: string | undefined): boolean => {
-  const match = owner === undefined ? null : /^(.*):(\d+):\d+:[0-9a-z]+$/.exec(owner)
-  if (match === null || match[1] !== os.hostname()) return false
-  const pid = Number(match[2])
-  if (pid === process.pid) return false
-  try {
-    process.kill(pid, 0)
-    return false
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "ESRCH"
-  }
-}
 
 /** Runs the demo. */
 export const run = (options: Options) =>
@@ -333,26 +315,9 @@ export const run = (options: Options) =>
     const parser = Option.isSome(real) ? NativeToolCallParser.layer() : JsonActionParser.layer()
     const services = Layer.mergeAll(model, parser, ToolRegistry.layerExecutor(tools), EventSink.layer(sink))
 
-    let waited = false
-    const result = yield* Agent.run({ runId, agent, task: GovDoc.task, tools }).pipe(
-      Effect.provide(services),
-      // A process killed by --crash-at still holds its claim until the claim's lease expires:
-      // wait for that (nothing was written yet), but only when the owner is a dead process of this machine.
-      Effect.tapError((error) =>
-        error._tag === "RunBusy" && isDeadOwner(error.owner) && !waited
-          ? Effect.zipRight(
-            Effect.sync(() => {
-              waited = true
-            }),
-            out(style.dim(`  the claim of the killed process (${error.owner ?? "?"}) is still held: waiting for its lease (${Store.demoLeaseDuration}) to expire`))
-          )
-          : Effect.void
-      ),
-      Effect.retry({
-        while: (error) => error._tag === "RunBusy" && isDeadOwner(error.owner),
-        schedule: Schedule.spaced("200 millis").pipe(Schedule.upTo("10 seconds"))
-      })
-    )
+    // A run killed by --crash-at is resumed at once: the SQL store takes over the claim of a
+    // process of this machine that no longer runs (`reclaimDeadLocalOwners`).
+    const result = yield* Agent.run({ runId, agent, task: GovDoc.task, tools }).pipe(Effect.provide(services))
 
     if (options.json) {
       yield* Console.log(JSON.stringify({ _tag: "RunResult", ...Schema.encodeSync(Agent.RunResult)(result) }))

@@ -70,14 +70,7 @@ export const layerExisting = (
   )
 }
 
-/**
- * How long the demo's claim on a run lasts without renewal. Short, so that a demo killed with
- * `--crash-at` can be resumed a moment later: the dead process's claim expires by itself.
- */
-export const demoLeaseDuration = "2 seconds"
-
-/** The store for the demo: the SQLite file and its schema are created when missing (its directory must exist). */
 export const layerCreate = (location: Location): Layer.Layer<RunLogStore.RunLogStore, StoreError> =>
   Option.isSome(location.pg)
-    ? SqlRunLogStore.layerPg({ url: location.pg.value, leaseDuration: demoLeaseDuration })
-    : SqlRunLogStore.layerSqlite({ filename: location.db, leaseDuration: demoLeaseDuration })
+    ? SqlRunLogStore.layerPg({ url: location.pg.value, reclaimDeadLocalOwners: true })
+    : SqlRunLogStore.layerSqlite({ filename: location.db })

@@ -52,6 +52,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
+import * as Predicate from "effect/Predicate"
 import * as Random from "effect/Random"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
@@ -98,6 +99,29 @@ export interface Options {
   readonly heartbeatInterval?: Duration.DurationInput
   /** A fault injection hook inside each append's transaction (tests only). */
   readonly faultPoint?: FaultPoint
+  /**
+   * Take over at once a claim whose owner is a process of this machine that no longer runs,
+   * instead of waiting for its lease to expire (owners are named `<host>:<pid>:<n>:<random>`).
+   * Safe when every writer of the store runs on this machine — the SQLite file's case, where it
+   * is on by default: a killed process's run resumes immediately. Off by default for PostgreSQL,
+   * where workers on other machines may share a host name. A reused pid only makes the claim
+   * look alive (the lease then expires as usual); appends stay fenced by the lease either way.
+   */
+  readonly reclaimDeadLocalOwners?: boolean
+}
+
+/** Is a lease owner a process of this machine that no longer runs? */
+export const isDeadLocalOwner = (owner: string): boolean => {
+  const parts = owner.split(":")
+  if (parts.length !== 4 || parts[0] !== os.hostname()) return false
+  const pid = Number(parts[1])
+  if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid) return false
+  try {
+    process.kill(pid, 0)
+    return false
+  } catch (error) {
+    return Predicate.hasProperty(error, "code") && error.code === "ESRCH"
+  }
 }
 
 /**
@@ -286,6 +310,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     const sql = yield* SqlClient.SqlClient
     const path = options.path
     const leaseMillis = Duration.toMillis(Duration.decode(options.leaseDuration ?? Duration.seconds(30)))
+    const reclaimDeadLocalOwners = options.reclaimDeadLocalOwners ?? false
     const heartbeat = options.heartbeatInterval === undefined
       ? Duration.millis(Math.max(1, Math.floor(leaseMillis / 3)))
       : Duration.decode(options.heartbeatInterval)
@@ -444,6 +469,13 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND expires_at <= ${now}`
+          if (reclaimDeadLocalOwners) {
+            const current = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
+            const previous = current[0]?.owner
+            if (previous !== undefined && isDeadLocalOwner(previous)) {
+              yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND owner = ${previous}`
+            }
+          }
           yield* sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${runId}, ${owner}, ${now + leaseMillis}) ON CONFLICT DO NOTHING`
           const rows = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
           return rows[0]?.owner
@@ -543,7 +575,7 @@ export const layerSqliteClient = (
  * `SqliteOptions` for `NORMAL` and its cost), a busy timeout, and migrations applied.
  */
 export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> =>
-  layer({ ...options, path: options.filename }).pipe(Layer.provide(layerSqliteClient(options)))
+  layer({ reclaimDeadLocalOwners: true, ...options, path: options.filename }).pipe(Layer.provide(layerSqliteClient(options)))
 
 /** Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the store's queries do not expect. */
 export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson">

@@ -223,7 +223,7 @@ describe.sequential("SqlRunLogStore: claims across processes", () => {
       Effect.gen(function*() {
         const dir = yield* F.tempDir()
         const file = path.join(dir, "claims.db")
-        const store = yield* openStore(file, { leaseDuration: "2 seconds" })
+        const store = yield* openStore(file, { leaseDuration: "2 seconds", reclaimDeadLocalOwners: false })
         const runId = F.rid("contested")
         const lease = 2_000
         const child = yield* scopedChild(script("claim-holder.ts"), [file, runId, String(lease)])
@@ -244,6 +244,30 @@ describe.sequential("SqlRunLogStore: claims across processes", () => {
         yield* Effect.scoped(store.claim(runId)).pipe(
           Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 60, while: (e) => e._tag === "RunBusy" })
         )
+      })
+    ), 60_000)
+
+  it.live("by default a SQLite store takes over at once the claim of a local process that was SIGKILLed; a live one keeps it", () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* F.tempDir()
+        const file = path.join(dir, "claims.db")
+        // A long lease: only the dead-owner check can free the claim within this test.
+        const store = yield* openStore(file, { leaseDuration: "10 minutes" })
+        const runId = F.rid("reclaimed")
+        const child = yield* scopedChild(script("claim-holder.ts"), [file, runId, String(600_000)])
+        yield* Effect.promise(() => child.waitFor((line) => line === "claimed"))
+        const busy = yield* fail(Effect.scoped(store.claim(runId)))
+        assert.instanceOf(busy, RunBusy)
+        const owner = (busy as RunBusy).owner ?? ""
+        assert.isFalse(SqlRunLogStore.isDeadLocalOwner(owner))
+        child.process.kill("SIGKILL")
+        yield* Effect.promise(() => child.exited)
+        assert.isTrue(SqlRunLogStore.isDeadLocalOwner(owner))
+        yield* Effect.scoped(store.claim(runId))
+        // Owners of other machines, or not in the store's format, never count as dead.
+        assert.isFalse(SqlRunLogStore.isDeadLocalOwner(`another-host-${process.pid}:999999:1:abc`))
+        assert.isFalse(SqlRunLogStore.isDeadLocalOwner("this process"))
       })
     ), 60_000)
 })
