@@ -86,6 +86,34 @@ describe("RunLogStore.encodeRecord", () => {
     { fastCheck: { numRuns: 200 } }
   )
 
+  it.prop(
+    "writes Schema's text for any string: quotes, backslashes, control characters, lone surrogates, astral characters",
+    [FastCheck.oneof(FastCheck.string({ unit: "binary" }), FastCheck.string({ unit: "grapheme" }), FastCheck.constantFrom('"', "\\", "\u0000", "\u001f", "\u2028", "\ud800", "\udfff", "a\ud83d\ude00b", "\ude00\ud83d"))],
+    ([text]) => {
+      const record: RunLog.RunRecord = replied(ModelReply.make({ text, toolCalls: [{ id: text, name: text, argumentsText: text }], finishReason: text }))
+      assert.strictEqual(RunLogStore.encodeRecord(record), schemaJson(record))
+      const observed = { ...result({ [text]: text }), executorObservation: text }
+      assert.strictEqual(RunLogStore.encodeRecord(observed), schemaJson(observed))
+    },
+    { fastCheck: { numRuns: 300 } }
+  )
+
+  it("refuses, as Schema did, records whose fields break a refinement (StoreError Encode)", () => {
+    const bad: ReadonlyArray<RunLog.RunRecord> = [
+      replied({ ...reply, usage: { inputTokens: -1, outputTokens: 0 } }),
+      replied({ ...reply, usage: { inputTokens: 1.5, outputTokens: 0 } }),
+      { ...replied(reply), step: 0.5 as Ids.StepIndex },
+      { ...completed(), seq: -3 },
+      completed({ elapsed: -1 }),
+      { ...started, runId: "" as Ids.RunId },
+      { ...result({}), outcome: { ...result({}).outcome, observationTruncatedChars: -2 } }
+    ]
+    for (const record of bad) {
+      assert.throws(() => RunLogStore.encodeRecord(record), /cannot be written/, JSON.stringify(record))
+      assert.throws(() => Schema.encodeSync(RunLog.RunRecord)(record))
+    }
+  })
+
   it("throws StoreError Encode for a record that would not read back", () => {
     const record: RunLog.RunRecord = { _tag: "RunResumed", seq: 1, fromStep: Ids.StepIndex.make(0), at: Number.NaN }
     assert.throws(() => RunLogStore.encodeRecord(record), /RunResumed record 1 cannot be written/)
