@@ -340,6 +340,9 @@ const settle = (
       : completeStep(run, step, reply, decision, null, startedAt, resumed))
 }
 
+const logModelFailure = (step: number, error: ModelError) =>
+  Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
+
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number) => {
   const request: ModelRequest = {
@@ -348,20 +351,18 @@ const generate = (run: Run, step: number) => {
     settings: run.request.agent.modelSettings
   }
   const call = run.model.generate(request)
-  const logFailure = (error: ModelError) =>
-    Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
   // `maxAttempts` times in all. Every failed attempt is logged.
   return call.pipe(
     Effect.catchAll((first) => {
-      if (!first.retryable) return Effect.zipRight(logFailure(first), Effect.fail(first))
-      const logged = Effect.tapError(call, logFailure)
+      if (!first.retryable) return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
+      const logged = Effect.tapError(call, (error) => logModelFailure(step, error))
       let replayed = false
       const again = Effect.suspend(() => {
         if (replayed) return logged
         replayed = true
-        return Effect.zipRight(logFailure(first), Effect.fail(first))
+        return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
       })
       return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
     }),

@@ -171,6 +171,27 @@ const handlerFailure = (tool: Tool.Any, error: unknown): ExecutionReport => {
   return { outcome, handlerFailed: true, tool: Option.some(tool) }
 }
 
+/** How a handler's success or failure becomes its report; made once per tool (a step allocates nothing for it). */
+interface Reports {
+  readonly onSuccess: (observation: string) => ExecutionReport
+  readonly onFailure: (error: unknown) => ExecutionReport
+}
+
+const reportsByTool = new WeakMap<Tool.Any, Reports>()
+
+const reportsOf = (tool: Tool.Any): Reports => {
+  let reports = reportsByTool.get(tool)
+  if (reports === undefined) {
+    const some = Option.some(tool)
+    reports = {
+      onSuccess: (observation) => ({ outcome: ActionOutcome.executed(observation), handlerFailed: false, tool: some }),
+      onFailure: (error) => handlerFailure(tool, error)
+    }
+    reportsByTool.set(tool, reports)
+  }
+  return reports
+}
+
 const runHandler = (
   validated: ValidatedCall,
   handler: (args: unknown) => Effect.Effect<string, unknown, unknown>,
@@ -187,14 +208,7 @@ const runHandler = (
           onTimeout: () => new ToolTimeout(tool.name, tool.timeout!)
         })
   return timed.pipe(
-    Effect.match({
-      onSuccess: (observation): ExecutionReport => ({
-        outcome: ActionOutcome.executed(observation),
-        handlerFailed: false,
-        tool: Option.some(tool)
-      }),
-      onFailure: (error) => handlerFailure(tool, error)
-    }),
+    Effect.match(reportsOf(tool)),
     // A thrown exception or a defect in a handler is an ordinary failure of the action. Only
     // defects are handled here: interruption is not a defect and passes through untouched.
     Effect.catchAllDefect((defect) =>
