@@ -35,7 +35,7 @@ import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as PgClient from "@effect/sql-pg/PgClient"
 import { ConcurrentWriter, RunBusy, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
 import { totalTokens } from "@polyloop/core/ModelReply"
@@ -608,8 +608,12 @@ const describePg = (options: PgClientOptions): string => {
  * providing it to both: `SqlRunLogStore.layer(options).pipe(Layer.provideMerge(layerPgClient(…)))`.
  */
 export const layerPgClient = (options: PgClientOptions): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError> =>
-  PgClient.layer({ applicationName: "polyloop", ...options }).pipe(
-    Layer.mapError((error) => storeError(error, { operation: "connecting to PostgreSQL", path: describePg(options) }, "Unavailable"))
+  // Loaded on demand, so that SQLite users never load the PostgreSQL driver.
+  Layer.unwrapEffect(
+    Effect.map(Effect.promise(() => import("@effect/sql-pg/PgClient")), (Pg) =>
+      Pg.layer({ applicationName: "polyloop", ...options }).pipe(
+        Layer.mapError((error) => storeError(error, { operation: "connecting to PostgreSQL", path: describePg(options) }, "Unavailable"))
+      ))
   )
 
 /**
@@ -619,12 +623,13 @@ export const layerPgClient = (options: PgClientOptions): Layer.Layer<PgClient.Pg
  * whose lease was taken over is fenced off at its next write (`ConcurrentWriter`).
  */
 export const layerPg = (options: PgOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> => {
-  const { leaseDuration, heartbeatInterval, faultPoint, ...client } = options
+  const { leaseDuration, heartbeatInterval, faultPoint, reclaimDeadLocalOwners, ...client } = options
   const store: Options = {
     path: describePg(client),
     ...(leaseDuration === undefined ? {} : { leaseDuration }),
     ...(heartbeatInterval === undefined ? {} : { heartbeatInterval }),
-    ...(faultPoint === undefined ? {} : { faultPoint })
+    ...(faultPoint === undefined ? {} : { faultPoint }),
+    ...(reclaimDeadLocalOwners === undefined ? {} : { reclaimDeadLocalOwners })
   }
   return layer(store).pipe(Layer.provide(layerPgClient(client)))
 }
