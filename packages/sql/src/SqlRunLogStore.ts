@@ -6,9 +6,10 @@
  *
  * Storage (see `internal/migrations/`):
  * - `polyloop_records(run_id, seq, kind, step, payload)`: append-only, one row per record, the
- *   record's JSON encoded with the record Schemas. `PRIMARY KEY (run_id, seq)` makes the database
- *   reject a duplicate sequence number; a gap is rejected by a compare-and-set on the run's
- *   `next_seq` in the same transaction. Either becomes `ConcurrentWriter`.
+ *   record's JSON as `RunLogStore.encodeRecord` writes it. `PRIMARY KEY (run_id, seq)` makes the
+ *   database reject a duplicate sequence number; a gap is rejected by a compare-and-set on the
+ *   run's `next_seq` in the same transaction (the summary `UPDATE … WHERE next_seq = ?
+ *   RETURNING next_seq` updates no row). Either becomes `ConcurrentWriter`.
  * - `polyloop_runs`: one summary row per run, inserted with `RunStarted` and updated in the same
  *   transaction as each append (constant work per step, earlier records are never rewritten), so
  *   `listRuns` is one query.
@@ -16,13 +17,18 @@
  *   id per process and claim), a heartbeat fiber renews it while the claim's scope is open, and
  *   closing the scope deletes it. The lease of a process that died expires and can be taken.
  *   Appends by a claim's holder are fenced: inside the append's transaction the lease row must
- *   still name that holder (on PostgreSQL it is locked `FOR SHARE` until commit, so a takeover
- *   waits), otherwise the append is rejected with `ConcurrentWriter { leaseHolder }`.
+ *   still name that holder (on SQLite a condition of the summary `UPDATE`, under the write lock
+ *   `BEGIN IMMEDIATE` took; on PostgreSQL a `SELECT … FOR SHARE` that locks it until commit, so a
+ *   takeover waits), otherwise the append is rejected with `ConcurrentWriter { leaseHolder }`.
  * - `polyloop_migrations`: `@effect/sql`'s `Migrator` table. A database whose schema is newer
  *   than this code is refused with `StoreError { reason: "SchemaVersion" }`.
  *
  * Every append is one transaction (`BEGIN IMMEDIATE` on SQLite: the write lock is taken first,
  * waiting up to the busy timeout); `completeStep`'s two records commit together or not at all.
+ * An append is `BEGIN`, one `INSERT` per record, the summary `UPDATE` (gap check and, on SQLite,
+ * fencing), on PostgreSQL the lease `SELECT`, and `COMMIT` — statements compiled once and run on
+ * the transaction's connection, prepared once by the driver (a durable step is two commits, and
+ * `sql` templates cost more CPU per statement than SQLite's own work).
  * Driver failures become `StoreError`s with the path and a reason (`Unavailable` for a locked or
  * unreachable database, `ReadOnly`, `DiskFull`, `Corrupt`, …), including a failing `COMMIT` and
  * SQLite's own rollback on a full disk (which `SqlClient.withTransaction` would turn into a
@@ -33,6 +39,7 @@
 import * as Reactivity from "@effect/experimental/Reactivity"
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import type * as PgClient from "@effect/sql-pg/PgClient"
@@ -62,7 +69,7 @@ import { driverCause, isUniqueViolation, storeError } from "./internal/errors.js
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
 import { probe } from "./internal/sqliteFile.js"
-import { transaction } from "./internal/transaction.js"
+import { connectionTransaction, transaction } from "./internal/transaction.js"
 
 /** Where a fault can be injected inside an append's transaction. */
 export type FaultStage = "BeforeRecord" | "BeforeCommit"
@@ -255,7 +262,20 @@ const SummaryRow = Schema.Struct({
 })
 
 const decodeSummaryRows = Schema.decodeUnknown(Schema.Array(SummaryRow))
-const encodeStopReason = Schema.encode(Schema.parseJson(StopReason))
+const encodeStopReasonSync = Schema.encodeEither(Schema.parseJson(StopReason))
+
+/** Effect's built-in tracer (spans kept in memory, seen by nobody). */
+const builtInTracer = Effect.runSync(Effect.tracer)
+
+/**
+ * A span on a hot path (an append runs twice per step) only when a tracer other than the
+ * built-in one is installed: a span costs more CPU than the append's own statements.
+ */
+const withSpanIfTraced = (name: string, attributes: () => Record<string, unknown>) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.tracerWith((tracer) =>
+    tracer === builtInTracer ? effect : Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false })
+  )
 
 const stepOf = (record: RunLog.RunRecord): number | null => {
   switch (record._tag) {
@@ -319,9 +339,6 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     const failWith = (operation: string, runId?: string) => (error: SqlError) => storeError(error, { operation, path, runId })
     /** Claims this store instance holds: run id → lease owner. Appends to these runs are fenced by the lease. */
     const held = new Map<string, string>()
-    // PostgreSQL: lock the lease row until commit, so a takeover waits for the append to finish
-    // (SQLite already holds the database's write lock at that point).
-    const leaseLock = sql.onDialectOrElse({ pg: () => sql` FOR SHARE`, orElse: () => sql`` })
 
     const nextSeq = (runId: RunId) =>
       sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`.pipe(
@@ -369,70 +386,125 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
         Effect.withSpan("SqlRunLogStore.read", { attributes: { runId } })
       )
 
+    // The append's statements, compiled once for the dialect and run on the transaction's own
+    // connection (see `connectionTransaction`): a durable step is two commits, and going through
+    // `sql` templates cost more CPU per statement than the database's own work. Parameters are
+    // passed in the order they appear in each statement.
+    const sqlite = sql.onDialectOrElse({ sqlite: () => true, orElse: () => false })
+    const compiled = (statement: { readonly compile: () => readonly [string, ReadonlyArray<unknown>] }): string => statement.compile()[0]
+    const insertRecordSql = compiled(
+      sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${""}, ${0}, ${""}, ${0}, ${""})`
+    )
+    const insertRunSql = compiled(
+      sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq) VALUES (${""}, ${""}, ${"Unfinished"}, NULL, 0, 0, 0, ${0}, NULL, 0, 0)`
+    )
+    // Compare-and-set on the run's next sequence number, and on SQLite the fencing check too: a
+    // gap (or a record for a run that was never started), or a lease that is no longer the
+    // writer's, updates no row and returns nothing. (SQLite holds the database's write lock
+    // since `BEGIN IMMEDIATE`, so the lease cannot change before the commit.)
+    const updateRunSql = (finishing: boolean, fenced: boolean): string =>
+      compiled(
+        sql`UPDATE polyloop_runs SET next_seq = ${0}, steps = steps + ${0}, effective_steps = effective_steps + ${0}, tokens = tokens + ${0}, elapsed = elapsed + ${0}${
+          finishing ? sql`, status = ${"Finished"}, stop_reason = ${""}, finished_at = ${0}` : sql``
+        } WHERE run_id = ${""} AND next_seq = ${0}${
+          fenced ? sql` AND EXISTS (SELECT 1 FROM polyloop_claims WHERE run_id = ${""} AND owner = ${""})` : sql``
+        } RETURNING next_seq`
+      )
+    const updateRun = {
+      plain: updateRunSql(false, false),
+      finishing: updateRunSql(true, false),
+      fenced: updateRunSql(false, sqlite),
+      fencedFinishing: updateRunSql(true, sqlite)
+    }
+    // PostgreSQL: lock the lease row until commit, so a takeover waits for the append to finish.
+    const leaseOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""} FOR SHARE`)
+    const inAppendTransaction = connectionTransaction(sql)
+    const unique = (effect: Effect.Effect<ReadonlyArray<unknown>, SqlError>): Effect.Effect<ReadonlyArray<unknown>, SqlError | SeqConflict> =>
+      Effect.catchTag(
+        effect,
+        "SqlError",
+        (error): Effect.Effect<never, SqlError | SeqConflict> =>
+          isUniqueViolation(error) ? Effect.fail(new SeqConflict()) : Effect.fail(error)
+      )
+    type Param = string | number | null
+    const exec = (conn: Connection, statement: string, params: ReadonlyArray<Param>) => conn.execute(statement, params, undefined)
+    // The fault hook is outside code: statements it runs through `sql` use this transaction.
+    const faultIn = (conn: Connection, context: FaultContext): Effect.Effect<void, StoreError> =>
+      options.faultPoint === undefined
+        ? Effect.void
+        : Effect.provideService(fault(context), SqlClient.TransactionConnection, [conn, 0] as const)
+
     const append: RunLogStore.Backend["append"] = (runId, records) =>
-      Effect.gen(function*() {
+      Effect.suspend(() => {
         const first = records[0]
         // Sequence 0 is the RunStarted record and nothing else.
-        if ((first.seq === 0) !== (first.kind === "RunStarted")) return yield* conflict(runId, first.seq)
+        if ((first.seq === 0) !== (first.kind === "RunStarted")) return conflict(runId, first.seq)
         const delta = summaryDelta(records)
-        let finishing = sql``
-        if (delta.finished !== undefined) {
-          const stopReason = yield* encodeStopReason(delta.finished.stopReason).pipe(
-            Effect.mapError((cause) =>
-              new StoreError({ reason: "Encode", runId, message: `run ${runId}: the stop reason does not encode`, cause })
-            )
-          )
-          finishing = sql`, status = ${"Finished"}, stop_reason = ${stopReason}, finished_at = ${delta.finished.finishedAt}`
-        }
-        const unique = <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, SqlError | SeqConflict> =>
-          Effect.catchTag(
-            effect,
-            "SqlError",
-            (error): Effect.Effect<never, SqlError | SeqConflict> =>
-              isUniqueViolation(error) ? Effect.fail(new SeqConflict()) : Effect.fail(error)
-          )
         const end = first.seq + records.length
+        const owner = held.get(runId)
+        const fenced = owner !== undefined
+        const finished = delta.finished
+        let stopReason: string | undefined
+        if (finished !== undefined) {
+          const encoded = encodeStopReasonSync(finished.stopReason)
+          if (encoded._tag === "Left") {
+            return Effect.fail(
+              new StoreError({ reason: "Encode", runId, message: `run ${runId}: the stop reason does not encode`, cause: encoded.left })
+            )
+          }
+          stopReason = encoded.right
+        }
+        const update: Array<Param> = [end, delta.steps, delta.effectiveSteps, delta.tokens, delta.elapsed]
+        if (finished !== undefined) update.push("Finished", stopReason!, finished.finishedAt)
+        update.push(runId, first.seq)
+        if (fenced && sqlite) update.push(runId, owner)
+        const updateSql = finished === undefined
+          ? (fenced ? updateRun.fenced : updateRun.plain)
+          : (fenced ? updateRun.fencedFinishing : updateRun.finishing)
 
-        const writes = Effect.gen(function*() {
-          for (let i = 0; i < records.length; i++) {
+        const writes = (conn: Connection) => {
+          const insert = (i: number): Effect.Effect<void, SqlError | SeqConflict | StoreError> => {
+            if (i === records.length) return Effect.void
             const stored = records[i]!
-            yield* fault({ stage: "BeforeRecord", runId, seq: stored.seq, index: i })
-            yield* unique(
-              sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${runId}, ${stored.seq}, ${stored.kind}, ${
-                stepOf(stored.record)
-              }, ${stored.json})`
+            return faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }).pipe(
+              Effect.zipRight(unique(exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))),
+              Effect.zipRight(Effect.suspend(() => insert(i + 1)))
             )
           }
-          if (first.record._tag === "RunStarted") {
-            const summary = RunLogStore.summarize(RunLog.fromRecords([first.record]))
-            const agent = Option.match(summary, { onNone: () => "?", onSome: (s) => s.agent })
-            yield* unique(
-              sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq) VALUES (${runId}, ${agent}, ${"Unfinished"}, NULL, 0, 0, 0, ${first.record.startedAt}, NULL, 0, 0)`
-            )
-          }
-          // Compare-and-set on the run's next sequence number: a gap (or a record for a run
-          // that was never started) leaves next_seq unchanged and is rejected below.
-          yield* sql`UPDATE polyloop_runs SET next_seq = ${end}, steps = steps + ${delta.steps}, effective_steps = effective_steps + ${delta.effectiveSteps}, tokens = tokens + ${delta.tokens}, elapsed = elapsed + ${delta.elapsed}${finishing} WHERE run_id = ${runId} AND next_seq = ${first.seq}`
-          const check = yield* sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`
-          if (Number(check[0]?.next_seq ?? -1) !== end) return yield* new SeqConflict()
-          // Fencing: a writer that holds a claim writes only while its lease row is still its own.
-          const owner = held.get(runId)
-          if (owner !== undefined) {
-            const lease = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}${leaseLock}`
-            const holder = lease[0]?.owner
-            if (holder !== owner) return yield* new LeaseLost({ holder: holder ?? "" })
-          }
-          yield* fault({ stage: "BeforeCommit", runId, seq: end - 1, index: records.length })
-        })
+          const started = first.record._tag === "RunStarted"
+            ? Effect.suspend(() => {
+              const record = first.record as RunLog.RunStarted
+              const summary = RunLogStore.summarize(RunLog.fromRecords([record]))
+              const agent = Option.match(summary, { onNone: () => "?", onSome: (s) => s.agent })
+              return unique(exec(conn, insertRunSql, [runId, agent, "Unfinished", record.startedAt]))
+            })
+            : Effect.void
+          const fencing: Effect.Effect<void, SqlError | LeaseLost> = fenced && !sqlite
+            ? Effect.flatMap(exec(conn, leaseOwnerSql, [runId]), (rows) => {
+              const holder = (rows[0] as { readonly owner?: string } | undefined)?.owner
+              return holder === owner ? Effect.void : Effect.fail(new LeaseLost({ holder: holder ?? "" }))
+            })
+            : Effect.void
+          return insert(0).pipe(
+            Effect.zipRight(started),
+            Effect.zipRight(exec(conn, updateSql, update)),
+            // No row: the sequence number is not the run's next one, or (SQLite) the lease is gone;
+            // `fencedConflict` tells which after the rollback.
+            Effect.flatMap((rows): Effect.Effect<void, SqlError | LeaseLost | SeqConflict> =>
+              rows.length === 1 ? fencing : Effect.fail(new SeqConflict())
+            ),
+            Effect.zipRight(faultIn(conn, { stage: "BeforeCommit", runId, seq: end - 1, index: records.length }))
+          )
+        }
 
-        return yield* inTransaction(writes).pipe(
+        return inAppendTransaction(writes).pipe(
           Effect.catchTags({
             SeqConflict: () => fencedConflict(runId, first.seq),
             LeaseLost: (lost) => fencedConflict(runId, first.seq, lost.holder),
             SqlError: (error) => Effect.fail(failWith("appending to the log", runId)(error))
           })
         )
-      }).pipe(Effect.withSpan("SqlRunLogStore.append", { attributes: { runId, records: records.length } }))
+      }).pipe(withSpanIfTraced("SqlRunLogStore.append", () => ({ runId, records: records.length })))
 
     const listRuns: RunLogStore.Backend["listRuns"] = (query) =>
       Effect.gen(function*() {
