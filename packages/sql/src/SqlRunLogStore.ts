@@ -419,13 +419,6 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     // PostgreSQL: lock the lease row until commit, so a takeover waits for the append to finish.
     const leaseOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""} FOR SHARE`)
     const inAppendTransaction = connectionTransaction(sql)
-    const unique = (effect: Effect.Effect<ReadonlyArray<unknown>, SqlError>): Effect.Effect<ReadonlyArray<unknown>, SqlError | SeqConflict> =>
-      Effect.catchTag(
-        effect,
-        "SqlError",
-        (error): Effect.Effect<never, SqlError | SeqConflict> =>
-          isUniqueViolation(error) ? Effect.fail(new SeqConflict()) : Effect.fail(error)
-      )
     type Param = string | number | null
     const exec = (conn: Connection, statement: string, params: ReadonlyArray<Param>) => conn.execute(statement, params, undefined)
     // The fault hook is outside code: statements it runs through `sql` use this transaction.
@@ -462,46 +455,50 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
           ? (fenced ? updateRun.fenced : updateRun.plain)
           : (fenced ? updateRun.fencedFinishing : updateRun.finishing)
 
-        const writes = (conn: Connection) => {
-          const insert = (i: number): Effect.Effect<void, SqlError | SeqConflict | StoreError> => {
-            if (i === records.length) return Effect.void
+        let agent: string | undefined
+        if (first.record._tag === "RunStarted") {
+          agent = Option.match(RunLogStore.summarize(RunLog.fromRecords([first.record])), { onNone: () => "?", onSome: (s) => s.agent })
+        }
+        const startedAt = first.record._tag === "RunStarted" ? first.record.startedAt : 0
+
+        // One chain of statements on the transaction's connection (built, not run, here). A
+        // unique violation (a duplicate sequence number, or a second RunStarted) is told apart
+        // from other driver failures once, below.
+        const writes = (conn: Connection): Effect.Effect<void, SqlError | SeqConflict | LeaseLost | StoreError> => {
+          let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
+          for (let i = 0; i < records.length; i++) {
             const stored = records[i]!
-            return faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }).pipe(
-              Effect.zipRight(unique(exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))),
-              Effect.zipRight(Effect.suspend(() => insert(i + 1)))
-            )
+            if (options.faultPoint !== undefined) {
+              chain = Effect.zipRight(chain, faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }))
+            }
+            chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
           }
-          const started = first.record._tag === "RunStarted"
-            ? Effect.suspend(() => {
-              const record = first.record as RunLog.RunStarted
-              const summary = RunLogStore.summarize(RunLog.fromRecords([record]))
-              const agent = Option.match(summary, { onNone: () => "?", onSome: (s) => s.agent })
-              return unique(exec(conn, insertRunSql, [runId, agent, "Unfinished", record.startedAt]))
-            })
-            : Effect.void
-          const fencing: Effect.Effect<void, SqlError | LeaseLost> = fenced && !sqlite
-            ? Effect.flatMap(exec(conn, leaseOwnerSql, [runId]), (rows) => {
-              const holder = (rows[0] as { readonly owner?: string } | undefined)?.owner
-              return holder === owner ? Effect.void : Effect.fail(new LeaseLost({ holder: holder ?? "" }))
-            })
-            : Effect.void
-          return insert(0).pipe(
-            Effect.zipRight(started),
-            Effect.zipRight(exec(conn, updateSql, update)),
-            // No row: the sequence number is not the run's next one, or (SQLite) the lease is gone;
-            // `fencedConflict` tells which after the rollback.
-            Effect.flatMap((rows): Effect.Effect<void, SqlError | LeaseLost | SeqConflict> =>
-              rows.length === 1 ? fencing : Effect.fail(new SeqConflict())
-            ),
-            Effect.zipRight(faultIn(conn, { stage: "BeforeCommit", runId, seq: end - 1, index: records.length }))
+          if (agent !== undefined) chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedAt]))
+          const checked = Effect.flatMap(
+            Effect.zipRight(chain, exec(conn, updateSql, update)),
+            // No row: the sequence number is not the run's next one, or (SQLite) the lease is
+            // gone; `fencedConflict` tells which after the rollback.
+            (rows): Effect.Effect<void, SqlError | LeaseLost | SeqConflict> =>
+              rows.length !== 1
+                ? Effect.fail(new SeqConflict())
+                : fenced && !sqlite
+                ? Effect.flatMap(exec(conn, leaseOwnerSql, [runId]), (lease) => {
+                  const holder = (lease[0] as { readonly owner?: string } | undefined)?.owner
+                  return holder === owner ? Effect.void : Effect.fail(new LeaseLost({ holder: holder ?? "" }))
+                })
+                : Effect.void
           )
+          return options.faultPoint === undefined
+            ? checked
+            : Effect.zipRight(checked, faultIn(conn, { stage: "BeforeCommit", runId, seq: end - 1, index: records.length }))
         }
 
         return inAppendTransaction(writes).pipe(
           Effect.catchTags({
             SeqConflict: () => fencedConflict(runId, first.seq),
             LeaseLost: (lost) => fencedConflict(runId, first.seq, lost.holder),
-            SqlError: (error) => Effect.fail(failWith("appending to the log", runId)(error))
+            SqlError: (error) =>
+              isUniqueViolation(error) ? fencedConflict(runId, first.seq) : Effect.fail(failWith("appending to the log", runId)(error))
           })
         )
       }).pipe(withSpanIfTraced("SqlRunLogStore.append", () => ({ runId, records: records.length })))
