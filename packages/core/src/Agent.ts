@@ -132,19 +132,32 @@ const resultIdOf = (step: number): ResultId => `result_${step}` as ResultId
 
 const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
 
-/** Emits an event; a failed delivery is counted, never propagated. */
-const emit = (run: Run, event: LoopEvent): Effect.Effect<void> =>
-  run.silent ? Effect.void : Effect.catchAll(run.sink.emit(event), (error) =>
+/**
+ * Emits an event; a failed delivery is counted, never propagated. A sink that returns
+ * `Effect.void` for an event (nothing to deliver, so nothing can fail) costs no handler.
+ */
+const emit = (run: Run, event: LoopEvent): Effect.Effect<void> => {
+  if (run.silent) return Effect.void
+  const delivery = run.sink.emit(event)
+  return delivery === Effect.void ? Effect.void : Effect.catchAll(delivery, (error) =>
     Effect.zipRight(
       Effect.sync(() => {
         run.state.eventDeliveryFailures += 1
       }),
       Effect.logDebug(`polyloop: event ${event._tag} not delivered: ${error.message}`)
     ))
+}
+
+/**
+ * `emitted`, then the effect `next` makes. When there is nothing to deliver, `next` is called
+ * at once (one effect operation less per event; nothing ran in between that it could observe).
+ */
+const andThen = <A, E>(emitted: Effect.Effect<void>, next: () => Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  emitted === Effect.void ? next() : Effect.flatMap(emitted, next)
 
 /** Emits two events in order (the second one's `emit` is called after the first was delivered). */
 const emitBoth = (run: Run, first: LoopEvent, second: LoopEvent): Effect.Effect<void> =>
-  run.silent ? Effect.void : Effect.flatMap(emit(run, first), () => emit(run, second))
+  run.silent ? Effect.void : andThen(emit(run, first), () => emit(run, second))
 
 /** The stop judgment of SPEC §9, in order: environment error, completion, then the four budgets. */
 const judge = (run: Run): StopReason | undefined => {
@@ -333,7 +346,7 @@ const settle = (
   resumed: boolean
 ): Effect.Effect<void, RunError> => {
   const decision = History.assignCallId(parsed, step)
-  return Effect.flatMap(emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision }), () =>
+  return andThen(emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision }), () =>
     decision._tag === "Act"
       ? Effect.flatMap(actionResult(run, step, decision.action, resumed), (result) =>
         completeStep(run, step, reply, decision, result, startedAt, resumed))
@@ -374,12 +387,12 @@ const generate = (run: Run, step: number) => {
 const runStep = (run: Run): Effect.Effect<void, RunError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
-  const body = Effect.flatMap(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
+  const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
     Effect.flatMap(generate(run, step), (reply) => {
       const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
-        return Effect.flatMap(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
+        return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
           Effect.flatMap(run.parser.parse(reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
       })
     }))
