@@ -85,6 +85,7 @@ const main = async (): Promise<void> => {
   const loopSizes = [50, 200, 1000]
   log("warm-up")
   await Loop.warmUp(quick ? 4_000 : 20_000)
+  await Durable.warmUp(dir, quick ? 1_000 : 4_000)
   log("1/6 loop overhead")
   const loop = await Loop.run(loopSizes, (steps) =>
     quick ? { warmup: 1, reps: 3 } : { warmup: 3, reps: steps <= 50 ? 30 : steps <= 200 ? 15 : 9 })

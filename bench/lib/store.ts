@@ -8,14 +8,18 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 
-/** Runs `use` with a SQLite store on `filename` (WAL, `synchronous=FULL`), closing it afterwards. */
+/**
+ * Runs `use` with a SQLite store on `filename` (WAL, `synchronous=FULL` unless told otherwise:
+ * the JIT warm-up writes with `NORMAL`), closing it afterwards.
+ */
 export const withSqlite = <A, E>(
   filename: string,
-  use: (store: RunLogStore.RunLogStore.Service) => Effect.Effect<A, E>
+  use: (store: RunLogStore.RunLogStore.Service) => Effect.Effect<A, E>,
+  synchronous: "FULL" | "NORMAL" = "FULL"
 ): Promise<A> =>
   Effect.runPromise(
     Effect.scoped(
-      Effect.flatMap(Layer.build(SqlRunLogStore.layerSqlite({ filename, synchronous: "FULL" })), (context) =>
+      Effect.flatMap(Layer.build(SqlRunLogStore.layerSqlite({ filename, synchronous })), (context) =>
         use(Context.get(context, RunLogStore.RunLogStore)))
     )
   )
