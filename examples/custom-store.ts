@@ -15,7 +15,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import { ConcurrentWriter, RunBusy, StoreError } from "@polyloop/core/Errors"
+import { ConcurrentWriter, StoreError } from "@polyloop/core/Errors"
 import { runId as makeRunId, type RunId } from "@polyloop/core/Ids"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
@@ -30,7 +30,7 @@ export const makeBackend = (kv: KeyValueStore.KeyValueStore): Effect.Effect<RunL
   Effect.gen(function*() {
     const runs = kv.forSchema(Texts)
     const lock = yield* Effect.makeSemaphore(1)
-    const claimed = new Set<string>()
+    const claim = RunLogStore.makeLocalClaims()
     const read = (runId: RunId) =>
       runs.get(`run:${runId}`).pipe(Effect.map(Option.getOrElse(() => [])), Effect.mapError(unavailable(runId)))
     return {
@@ -63,15 +63,7 @@ export const makeBackend = (kv: KeyValueStore.KeyValueStore): Effect.Effect<RunL
           }
           return RunLogStore.applyQuery(summaries, query)
         }),
-      claim: (runId) =>
-        Effect.acquireRelease(
-          Effect.suspend(() => {
-            if (claimed.has(runId)) return Effect.fail(new RunBusy({ runId, owner: "this process" }))
-            claimed.add(runId)
-            return Effect.void
-          }),
-          () => Effect.sync(() => claimed.delete(runId))
-        )
+      claim
     }
   })
 

@@ -26,10 +26,9 @@
  *
  * @since 0.1.0
  */
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { CodeAction } from "./Action.js"
-import { DecisionParser } from "./DecisionParser.js"
+import { DecisionParser, fromDecide } from "./DecisionParser.js"
 import * as Fence from "./internal/fence.js"
 import type { ModelReply } from "./ModelReply.js"
 import * as ParsedReply from "./ParsedReply.js"
@@ -293,13 +292,7 @@ export const decide = (options: Options): ((reply: ModelReply) => ParsedReply.Pa
 }
 
 /** Makes the parser. */
-export const make = (options: Options): DecisionParser.Service => {
-  const run = decide(options)
-  return {
-    id: idOf(options),
-    parse: (reply) => Effect.sync(() => run(reply))
-  }
-}
+export const make = (options: Options): DecisionParser.Service => fromDecide(idOf(options), decide(options))
 
 /** The parser as the `DecisionParser` layer. */
 export const layer = (options: Options): Layer.Layer<DecisionParser> => Layer.succeed(DecisionParser, make(options))

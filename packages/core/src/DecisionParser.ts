@@ -10,7 +10,7 @@
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
-import type * as Effect from "effect/Effect"
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { ModelReply } from "./ModelReply.js"
 import type { ParsedReply } from "./ParsedReply.js"
@@ -27,6 +27,15 @@ export declare namespace DecisionParser {
     readonly parse: (reply: ModelReply) => Effect.Effect<ParsedReply>
   }
 }
+
+/**
+ * A parser from a pure, total decision function: `parse` runs it synchronously. A throw inside
+ * `decide` is a defect (a bug), which the loop does not catch.
+ */
+export const fromDecide = (id: string, decide: (reply: ModelReply) => ParsedReply): DecisionParser.Service => ({
+  id,
+  parse: (reply) => Effect.sync(() => decide(reply))
+})
 
 /** A layer from a service. */
 export const layer = (service: DecisionParser.Service): Layer.Layer<DecisionParser> => Layer.succeed(DecisionParser, service)

@@ -312,11 +312,29 @@ export const applyQuery = (summaries: ReadonlyArray<RunSummary>, query: ListRuns
   return query.limit === undefined ? filtered : filtered.slice(0, query.limit)
 }
 
+/**
+ * Claims held in this process's memory: exclusive among the stores sharing the returned
+ * function, released when the claim's scope closes (also by interruption). For backends whose
+ * storage lives in one process (the memory store, a user's own in-process store).
+ */
+export const makeLocalClaims = (): Backend["claim"] => {
+  const claimed = new Set<string>()
+  return (runId) =>
+    Effect.acquireRelease(
+      Effect.suspend(() => {
+        if (claimed.has(runId)) return Effect.fail(new RunBusy({ runId, owner: "this process" }))
+        claimed.add(runId)
+        return Effect.void
+      }),
+      () => Effect.sync(() => claimed.delete(runId))
+    )
+}
+
 /** An in-memory backend: JSON texts in a map; claims in a set. Each call makes a fresh store. */
 export const makeMemoryBackend = (): Backend => {
   const logs = new Map<string, Array<string>>()
   const decoded = new Map<string, Array<RunLog.RunRecord>>()
-  const claimed = new Set<string>()
+  const claim = makeLocalClaims()
   return {
     read: (runId) => Effect.sync(() => logs.get(runId)?.slice() ?? []),
     append: (runId, records) =>
@@ -347,15 +365,7 @@ export const makeMemoryBackend = (): Backend => {
         }
         return applyQuery(summaries, query)
       }),
-    claim: (runId) =>
-      Effect.acquireRelease(
-        Effect.suspend(() => {
-          if (claimed.has(runId)) return Effect.fail(new RunBusy({ runId, owner: "this process" }))
-          claimed.add(runId)
-          return Effect.void
-        }),
-        () => Effect.sync(() => claimed.delete(runId))
-      )
+    claim
   }
 }
 
