@@ -3,7 +3,9 @@
  * action language: the caller passes the actions to try and the statuses each may get —
  * written by hand for any action language, or generated from a tool registry with
  * `casesFromRegistry` (valid calls, invalid arguments, unknown tools, an action of the other
- * language). The suite never feeds one consumer's action language to another's executor.
+ * language). Every round of a property tries every declared case and one generated case of
+ * each declared kind, so no kind is left out by chance. The suite never feeds one consumer's
+ * action language to another's executor.
  * Properties: `execute` always completes with a valid `ActionOutcome` whose status is one the
  * caller declared; `replayPolicy` is total and stable; and, given a blocking action that runs
  * `ActionExecutorContract.block`, interruption passes through: the action's finalizer runs,
@@ -85,10 +87,19 @@ export type ExecutorUnderTest<E = never> =
   | Layer.Layer<ActionExecutor, E, Probe>
   | Effect.Effect<ActionExecutor.Service, E, Probe | Scope.Scope>
 
+/**
+ * The actions to try: a fixed case, or an arbitrary generating one kind of case (e.g. "calls of
+ * unknown tools"). Each round of a property tries every fixed case and one draw of every arbitrary.
+ */
+export type CaseSource = ActionCase | FastCheck.Arbitrary<ActionCase>
+
 /** Options of the executor suite. */
 export interface Options {
-  /** The actions to try, in your executor's action language, with their allowed statuses. */
-  readonly cases: FastCheck.Arbitrary<ActionCase> | ReadonlyArray<ActionCase>
+  /**
+   * The actions to try, in your executor's action language, with their allowed statuses: a list
+   * of fixed cases and kinds of cases (each round tries all of them), or a single arbitrary.
+   */
+  readonly cases: FastCheck.Arbitrary<ActionCase> | ReadonlyArray<CaseSource>
   /** An action your executor runs through `block`: enables the interruption property. */
   readonly blockingAction?: Action
   /** Multiplies every property's number of generated cases (default 1). */
@@ -128,15 +139,17 @@ const validArguments = (tool: ToolRegistry.ToolRegistry<unknown>["tools"][number
 }
 
 /**
- * Cases generated from a tool registry (the tool-call action language): valid calls of each
- * tool (arguments from `Arbitrary.make` of its parameter Schema, encoded), calls with arbitrary
- * arguments, calls of unknown tools, and code actions (the other language). Each is classified
- * by `registry.validate`: rejected calls and foreign actions must be `NotExecuted`.
+ * Cases generated from a tool registry (the tool-call action language), one arbitrary per kind:
+ * calls of unknown tools, code actions (the other language), and for each tool valid calls
+ * (arguments from `Arbitrary.make` of its parameter Schema, encoded; weighted double) and calls
+ * with arbitrary arguments. Each is classified by `registry.validate`: rejected calls and
+ * foreign actions must be `NotExecuted`. Pass the list as `cases` (add your own cases to it):
+ * every round of a property tries each kind.
  */
 export const casesFromRegistry = (
   registry: ToolRegistry.ToolRegistry<unknown>,
   options: RegistryCasesOptions = {}
-): FastCheck.Arbitrary<ActionCase> => {
+): ReadonlyArray<FastCheck.Arbitrary<ActionCase>> => {
   const excluded = new Set(options.exclude ?? [])
   const tools = registry.tools.filter((tool) => !excluded.has(tool.name))
   const classify = (call: ToolCall): ActionCase =>
@@ -153,7 +166,7 @@ export const casesFromRegistry = (
       classify({ _tag: "ToolCall", id, name, arguments: args })
     )
   const known = new Set(registry.names)
-  const generators: Array<FastCheck.Arbitrary<ActionCase>> = [
+  const kinds: Array<FastCheck.Arbitrary<ActionCase>> = [
     call(text({ maxLength: 16 }).filter((name) => !known.has(name)), jsonValue),
     FastCheck.record({ language: text({ maxLength: 10 }), code: text() }).map(({ code, language }): ActionCase => ({
       action: { _tag: "CodeAction", language, code },
@@ -163,10 +176,11 @@ export const casesFromRegistry = (
   ]
   for (const tool of tools) {
     const valid = validArguments(tool)
-    if (valid !== undefined) generators.push(call(FastCheck.constant(tool.name), valid), call(FastCheck.constant(tool.name), valid))
-    generators.push(call(FastCheck.constant(tool.name), jsonValue))
+    // Valid calls weigh double: they are the only ones that reach a handler.
+    if (valid !== undefined) kinds.push(call(FastCheck.constant(tool.name), valid), call(FastCheck.constant(tool.name), valid))
+    kinds.push(call(FastCheck.constant(tool.name), jsonValue))
   }
-  return FastCheck.oneof(...generators)
+  return kinds
 }
 
 const isOutcome = Schema.is(ActionOutcome)
@@ -174,16 +188,30 @@ const isReplayPolicy = Schema.is(ReplayPolicy)
 
 const describeCase = (c: ActionCase): string => `${c.label ?? "action"} ${show(c.action)}`
 
+const isArbitrary = (source: CaseSource): source is FastCheck.Arbitrary<ActionCase> => !("action" in source && "expect" in source)
+
+/**
+ * One round of cases: every fixed case and one draw of every arbitrary, so each kind the caller
+ * declared is tried in every round, whatever the seed and the number of rounds.
+ */
+const kindsOf = (cases: Options["cases"]): ReadonlyArray<FastCheck.Arbitrary<ActionCase>> =>
+  Array.isArray(cases)
+    ? (cases as ReadonlyArray<CaseSource>).map((source) => (isArbitrary(source) ? source : FastCheck.constant(source)))
+    : [cases as FastCheck.Arbitrary<ActionCase>]
+
 /** The properties of the executor contract, keyed by id (`interruption` only with `blockingAction`). */
 export const properties = <E>(executor: ExecutorUnderTest<E>, options: Options): Readonly<Partial<Record<PropertyId, Property.Property>>> => {
   const factor = options.runsFactor ?? 1
   const runs = (n: number) => Math.max(1, Math.round(n * factor))
-  if (Array.isArray(options.cases) && options.cases.length === 0) {
+  const kinds = kindsOf(options.cases)
+  if (kinds.length === 0) {
     throw new Error("ActionExecutorContract: `cases` is empty; give the actions of your action language to try")
   }
-  const cases: FastCheck.Arbitrary<ActionCase> = Array.isArray(options.cases)
-    ? FastCheck.constantFrom(...(options.cases as ReadonlyArray<ActionCase>))
-    : (options.cases as FastCheck.Arbitrary<ActionCase>)
+  // A property checks about `n` cases, as whole rounds: every kind at least once.
+  const rounds = (n: number) => Math.max(1, Math.ceil(runs(n) / kinds.length))
+  const cases: FastCheck.Arbitrary<ReadonlyArray<ActionCase>> = FastCheck.tuple(...kinds)
+  const eachCase = (check: (c: ActionCase) => Effect.Effect<void, Property.ContractViolation>) => (round: ReadonlyArray<ActionCase>) =>
+    Effect.forEach(round, check, { discard: true })
   const makeProbe = Effect.map(Effect.all([Deferred.make<void>(), Deferred.make<void>()]), ([started, finalized]): Probe.Service => ({
     started,
     finalized
@@ -206,16 +234,16 @@ export const properties = <E>(executor: ExecutorUnderTest<E>, options: Options):
     completes: Property.make({
       id: "completes",
       name: "execute completes with a valid ActionOutcome for every action (no failure, no defect)",
-      numRuns: runs(50),
+      numRuns: rounds(50),
       arbitrary: cases,
-      check: (c) => Effect.scoped(Effect.flatMap(fresh, ({ service }) => Effect.asVoid(execute(service, c))))
+      check: eachCase((c) => Effect.scoped(Effect.flatMap(fresh, ({ service }) => Effect.asVoid(execute(service, c)))))
     }),
     statuses: Property.make({
       id: "statuses",
       name: "every action gets a status SPEC §5.1 allows for it, as the caller declares",
-      numRuns: runs(100),
+      numRuns: rounds(100),
       arbitrary: cases,
-      check: (c) =>
+      check: eachCase((c) =>
         Effect.scoped(
           Effect.gen(function*() {
             const { service } = yield* fresh
@@ -226,13 +254,14 @@ export const properties = <E>(executor: ExecutorUnderTest<E>, options: Options):
             )
           })
         )
+      )
     }),
     replayPolicy: Property.make({
       id: "replayPolicy",
       name: "replayPolicy is total and stable: Never or Always, the same every time",
-      numRuns: runs(50),
+      numRuns: rounds(50),
       arbitrary: cases,
-      check: (c) =>
+      check: eachCase((c) =>
         Effect.scoped(
           Effect.gen(function*() {
             const { service } = yield* fresh
@@ -244,6 +273,7 @@ export const properties = <E>(executor: ExecutorUnderTest<E>, options: Options):
             yield* Property.ensure(policy[0] === policy[1], () => `replayPolicy(${describeCase(c)}) returned ${policy[0]}, then ${policy[1]}`)
           })
         )
+      )
     })
   }
 

@@ -5,7 +5,7 @@
  */
 
 /**
- * The `ActionExecutor` contract suite (SPEC §5.1, design 0007 decision 1), parameterised by action language: the caller passes the actions to try and the statuses each may get — written by hand for any action language, or generated from a tool registry with `casesFromRegistry` (valid calls, invalid arguments, unknown tools, an action of the other language). The suite never feeds one consumer's action language to another's executor. Properties: `execute` always completes with a valid `ActionOutcome` whose status is one the caller declared; `replayPolicy` is total and stable; and, given a blocking action that runs `ActionExecutorContract.block`, interruption passes through: the action's finalizer runs, no outcome is returned, the fiber exits interrupted.
+ * The `ActionExecutor` contract suite (SPEC §5.1, design 0007 decision 1), parameterised by action language: the caller passes the actions to try and the statuses each may get — written by hand for any action language, or generated from a tool registry with `casesFromRegistry` (valid calls, invalid arguments, unknown tools, an action of the other language). Every round of a property tries every declared case and one generated case of each declared kind, so no kind is left out by chance. The suite never feeds one consumer's action language to another's executor. Properties: `execute` always completes with a valid `ActionOutcome` whose status is one the caller declared; `replayPolicy` is total and stable; and, given a blocking action that runs `ActionExecutorContract.block`, interruption passes through: the action's finalizer runs, no outcome is returned, the fiber exits interrupted.
  */
 export * as ActionExecutorContract from "./ActionExecutorContract.js"
 

@@ -1,4 +1,4 @@
-import { describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Schema from "effect/Schema"
@@ -70,11 +70,42 @@ const codeCases: ReadonlyArray<ActionExecutorContract.ActionCase> = [
 
 const all = ActionExecutorContract.properties(derived, options)
 
+/** The derived executor, except that its replayPolicy throws on code actions (one kind of the generated cases). */
+const throwsOnCode = wrapDerived((inner) => ({
+  replayPolicy: (action) => {
+    if (action._tag === "CodeAction") throw new Error("no policy")
+    return inner.replayPolicy(action)
+  }
+}))
+
+/** The code executor, except that it runs ruby (one of the declared cases) as if it were js. */
+const runsRuby = Effect.map(codeExecutor, (inner) =>
+  ActionExecutor.make({
+    execute: (action) =>
+      action._tag === "CodeAction" && action.language === "ruby" ? Effect.succeed(ActionOutcome.executed("1")) : inner.execute(action)
+  }))
+
 describe("ActionExecutorContract", () => {
   it.live("the derived executor satisfies every property with cases generated from its registry", () => holdsAll(all), 120_000)
 
   it.live("a code-action executor satisfies every property with its own cases (no action language is assumed)", () =>
     holdsAll(ActionExecutorContract.properties(codeExecutor, { cases: codeCases, blockingAction: { _tag: "CodeAction", language: "js", code: "block()" } })), 60_000)
+
+  it.live("every round tries every declared case and every generated kind: one round finds a bug confined to one kind, whatever the seed", () =>
+    Effect.gen(function*() {
+      const generated = ActionExecutorContract.properties(throwsOnCode, options).replayPolicy
+      const declared = ActionExecutorContract.properties(runsRuby, { cases: codeCases }).statuses
+      assert.isDefined(generated)
+      assert.isDefined(declared)
+      for (let seed = 1; seed <= 40; seed++) {
+        const fromRegistry = yield* ActionExecutorContract.check(generated!, { numRuns: 1, seed })
+        assert.isFalse(fromRegistry.passed, `seed ${seed}: one round of replayPolicy missed the code action`)
+        assert.match(fromRegistry.error, /replayPolicy\(an action of another language \(code\) .*\) threw/)
+        const fromList = yield* ActionExecutorContract.check(declared!, { numRuns: 1, seed })
+        assert.isFalse(fromList.passed, `seed ${seed}: one round of statuses missed the ruby case`)
+        assert.match(fromList.error, /another language .* reported Executed/)
+      }
+    }), 60_000)
 
   registerBroken(all, [
     {
@@ -111,17 +142,8 @@ describe("ActionExecutorContract", () => {
     },
     {
       name: "an executor whose replayPolicy throws on code actions",
-      props: () =>
-        ActionExecutorContract.properties(
-          wrapDerived((inner) => ({
-            replayPolicy: (action) => {
-              if (action._tag === "CodeAction") throw new Error("no policy")
-              return inner.replayPolicy(action)
-            }
-          })),
-          options
-        ),
-      breaks: { replayPolicy: /replayPolicy\(.*\) threw/ }
+      props: () => ActionExecutorContract.properties(throwsOnCode, options),
+      breaks: { replayPolicy: /replayPolicy\(an action of another language \(code\) .*\) threw/ }
     },
     {
       // Effect re-asserts an interruption whatever the executor catches, so the bug shows as an
