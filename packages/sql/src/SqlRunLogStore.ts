@@ -21,7 +21,9 @@
  *   `BEGIN IMMEDIATE` took; on PostgreSQL a `SELECT … FOR SHARE` that locks it until commit, so a
  *   takeover waits), otherwise the append is rejected with `ConcurrentWriter { leaseHolder }`.
  * - `polyloop_migrations`: `@effect/sql`'s `Migrator` table. A database whose schema is newer
- *   than this code is refused with `StoreError { reason: "SchemaVersion" }`.
+ *   than this code is refused with `StoreError { reason: "SchemaVersion" }`. On PostgreSQL the
+ *   migration runs in one transaction under an advisory lock, so workers starting together on
+ *   an empty database migrate one after another (`internal/migrationLock.ts`).
  *
  * Every append is one transaction (`BEGIN IMMEDIATE` on SQLite: the write lock is taken first,
  * waiting up to the busy timeout); `completeStep`'s two records commit together or not at all.
@@ -66,6 +68,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
 import { driverCause, isUniqueViolation, storeError } from "./internal/errors.js"
+import { serialized } from "./internal/migrationLock.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
 import { probe } from "./internal/sqliteFile.js"
@@ -174,15 +177,17 @@ export const latestVersion = (migrations: Record<string, unknown>): number =>
   Object.keys(migrations).reduce((max, key) => Math.max(max, Number(/^(\d+)_/.exec(key)?.[1] ?? 0)), 0)
 
 /**
- * PostgreSQL: two processes creating the migrations table at the same moment (workers starting
- * together) — the loser fails with "already exists" (42P07) or a unique violation on the
- * catalog (23505). Trying again finds the table and waits on the migrator's lock.
+ * PostgreSQL: two processes creating the migrations table at the same moment — the loser fails
+ * with "relation already exists" (42P07), "type already exists" (42710) or a unique violation on
+ * the catalog (23505). Migrations of this version are serialised by an advisory lock
+ * (`internal/migrationLock.ts`), so this only happens against a process of an older
+ * `@polyloop/sql` that migrates without the lock; trying again finds the table.
  */
 const concurrentSchemaCreation = (error: unknown): boolean => {
   if (typeof error !== "object" || error === null || !("_tag" in error) || error._tag !== "StoreError") return false
   const cause = driverCause((error as StoreError).cause)
   const code = typeof cause === "object" && cause !== null && "code" in cause ? (cause as { readonly code: unknown }).code : undefined
-  return code === "42P07" || code === "23505"
+  return code === "42P07" || code === "42710" || code === "23505"
 }
 
 class MigrationPending extends Data.TaggedError("MigrationPending")<{ readonly current: number; readonly latest: number }> {}
@@ -193,7 +198,8 @@ const runMigrator = Migrator.make({})
  * Brings the database's schema up to date with `@effect/sql`'s `Migrator`: creates it in a fresh
  * database, applies the missing migrations to an older one, and refuses one that is newer than
  * this code with `StoreError { reason: "SchemaVersion" }`. Waits while another process is
- * migrating the same database. Returns the migrations it applied.
+ * migrating the same database (on PostgreSQL behind an advisory lock held for the whole
+ * migration). Returns the migrations it applied.
  */
 export const migrate = (
   options: { readonly path?: string } = {}
@@ -204,7 +210,7 @@ export const migrate = (
     const latest = latestVersion(migrations)
     const context = { operation: "migrating the schema", path: options.path }
     const once = Effect.gen(function*() {
-      const applied = yield* runMigrator({ loader: Migrator.fromRecord(migrations), table: migrationsTable }).pipe(
+      const applied = yield* serialized(migrationsTable)(runMigrator({ loader: Migrator.fromRecord(migrations), table: migrationsTable })).pipe(
         Effect.catchTags({
           SqlError: (error) => Effect.fail(storeError(error, context)),
           MigrationError: (error) => Effect.fail(storeError(error, context, "SchemaVersion"))

@@ -51,6 +51,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
 import { storeError } from "./internal/errors.js"
+import { serialized } from "./internal/migrationLock.js"
 import * as QueueMigrations from "./internal/queueMigrations.js"
 
 /** Where an entry is: waiting, being run, finished, or given up on. */
@@ -146,8 +147,11 @@ const sqlFailure =
 
 /** Creates the queue table if needed (PostgreSQL or SQLite); safe to run from many workers at once. */
 export const migrate: Effect.Effect<void, StoreError, SqlClient.SqlClient> = QueueMigrations.run.pipe(
-  // Two processes creating the bookkeeping table at the same moment: the loser's statement
-  // fails; the next attempt finds the table and waits on its lock.
+  // On PostgreSQL concurrent migrators wait for each other on an advisory lock instead of racing
+  // to create the bookkeeping table.
+  serialized(QueueMigrations.migrationsTable),
+  // A process of an older @polyloop/sql creating the bookkeeping table without the lock at the
+  // same moment: the loser's statement fails; the next attempt finds the table.
   Effect.retry({ times: 3, schedule: Schedule.spaced(Duration.millis(100)) }),
   Effect.mapError(
     (error) =>

@@ -130,6 +130,24 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       assert.deepStrictEqual(queues.filter(Either.isLeft).map((e) => e.left.message), [])
     }))
 
+  it.scopedLive("migrators starting at once, each on a pool of one connection, apply every migration exactly once", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const onePool = SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 1 })
+      const applied = yield* Effect.all(
+        Array.from({ length: 8 }, () => SqlRunLogStore.migrate().pipe(Effect.provide(onePool))),
+        { concurrency: "unbounded" }
+      )
+      // Serialised: one of them applied both migrations, the others found nothing left to do.
+      assert.deepStrictEqual(
+        applied.filter((a) => a.length > 0),
+        [[[1, "create_records"], [2, "run_summaries"]]]
+      )
+      const sql = yield* openClient(url)
+      const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2])
+    }))
+
   it.scopedLive("an unreachable server is a StoreError Unavailable that names it without its password", () =>
     Effect.gen(function*() {
       const error = yield* Effect.flip(
