@@ -51,6 +51,7 @@ import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import { StopReason } from "@polyloop/core/StopReason"
+import type * as Arr from "effect/Array"
 import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
@@ -67,7 +68,7 @@ import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
-import { driverCause, isUniqueViolation, storeError } from "./internal/errors.js"
+import { driverCause, isAppendRefused, isUniqueViolation, storeError } from "./internal/errors.js"
 import { serialized } from "./internal/migrationLock.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
@@ -296,34 +297,60 @@ const stepOf = (record: RunLog.RunRecord): number | null => {
   }
 }
 
-/** What an append adds to the run's summary row. */
-const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>) => {
-  let steps = 0
-  let effectiveSteps = 0
-  let tokens = 0
-  let elapsed = 0
-  let finished: RunLog.RunFinished | undefined
-  for (const { record } of records) {
-    switch (record._tag) {
-      case "ModelReplied":
-        tokens += totalTokens(record.reply.usage)
-        break
-      case "ActionResulted":
-        if (record.outcome.status === "Executed") effectiveSteps++
-        break
-      case "StepCompleted":
-        steps++
-        elapsed += record.elapsed
-        break
-      case "RunFinished":
-        finished = record
-        break
-      default:
-        break
-    }
-  }
-  return { steps, effectiveSteps, tokens, elapsed, finished }
+/** What one record adds to the run's summary row (`finished`: the record ends the run). */
+interface RecordDelta {
+  steps: number
+  effectiveSteps: number
+  tokens: number
+  elapsed: number
+  finished: RunLog.RunFinished | undefined
 }
+
+/** Adds what `record` contributes to the run's summary row to `delta`. */
+const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDelta => {
+  switch (record._tag) {
+    case "ModelReplied":
+      delta.tokens += totalTokens(record.reply.usage)
+      break
+    case "ActionResulted":
+      if (record.outcome.status === "Executed") delta.effectiveSteps++
+      break
+    case "StepCompleted":
+      delta.steps++
+      delta.elapsed += record.elapsed
+      break
+    case "RunFinished":
+      delta.finished = record
+      break
+    default:
+      break
+  }
+  return delta
+}
+
+const emptyDelta = (): RecordDelta => ({ steps: 0, effectiveSteps: 0, tokens: 0, elapsed: 0, finished: undefined })
+
+/** What an append adds to the run's summary row. */
+const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>): RecordDelta => {
+  const delta = emptyDelta()
+  for (const { record } of records) addDelta(delta, record)
+  return delta
+}
+
+/** The agent's name a `RunStarted` record carries, for the summary row ("?" if it has none). */
+const agentOf = (record: RunLog.RunRecord): string =>
+  Option.match(RunLogStore.summarize(RunLog.fromRecords([record])), { onNone: () => "?", onSome: (s) => s.agent })
+
+/** The columns of SQLite's append view (`internal/migrations/sqlite.ts`, version 3), in order. */
+const appendViewColumns =
+  "run_id, seq, kind, step, payload, owner, agent, started_at, steps, effective_steps, tokens, elapsed, stop_reason, finished_at"
+
+/** The one statement of a SQLite append of `rows` records (texts cached by row count: prepared once each by the driver). */
+const appendViewSql: Array<string> = []
+const appendViewFor = (rows: number): string =>
+  appendViewSql[rows] ??= `INSERT INTO polyloop_append (${appendViewColumns}) VALUES ${
+    Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")
+  }`
 
 let claimCounter = 0
 
@@ -395,7 +422,8 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     // The append's statements, compiled once for the dialect and run on the transaction's own
     // connection (see `connectionTransaction`): a durable step is two commits, and going through
     // `sql` templates cost more CPU per statement than the database's own work. Parameters are
-    // passed in the order they appear in each statement.
+    // passed in the order they appear in each statement. SQLite's append is one statement into
+    // the append view (`appendViewFor`); the others are PostgreSQL's.
     const sqlite = sql.onDialectOrElse({ sqlite: () => true, orElse: () => false })
     const compiled = (statement: { readonly compile: () => readonly [string, ReadonlyArray<unknown>] }): string => statement.compile()[0]
     const insertRecordSql = compiled(
@@ -404,24 +432,15 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     const insertRunSql = compiled(
       sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq) VALUES (${""}, ${""}, ${"Unfinished"}, NULL, 0, 0, 0, ${0}, NULL, 0, 0)`
     )
-    // Compare-and-set on the run's next sequence number, and on SQLite the fencing check too: a
-    // gap (or a record for a run that was never started), or a lease that is no longer the
-    // writer's, updates no row and returns nothing. (SQLite holds the database's write lock
-    // since `BEGIN IMMEDIATE`, so the lease cannot change before the commit.)
-    const updateRunSql = (finishing: boolean, fenced: boolean): string =>
+    // Compare-and-set on the run's next sequence number: a gap (or a record for a run that was
+    // never started) updates no row and returns nothing.
+    const updateRunSql = (finishing: boolean): string =>
       compiled(
         sql`UPDATE polyloop_runs SET next_seq = ${0}, steps = steps + ${0}, effective_steps = effective_steps + ${0}, tokens = tokens + ${0}, elapsed = elapsed + ${0}${
           finishing ? sql`, status = ${"Finished"}, stop_reason = ${""}, finished_at = ${0}` : sql``
-        } WHERE run_id = ${""} AND next_seq = ${0}${
-          fenced ? sql` AND EXISTS (SELECT 1 FROM polyloop_claims WHERE run_id = ${""} AND owner = ${""})` : sql``
-        } RETURNING next_seq`
+        } WHERE run_id = ${""} AND next_seq = ${0} RETURNING next_seq`
       )
-    const updateRun = {
-      plain: updateRunSql(false, false),
-      finishing: updateRunSql(true, false),
-      fenced: updateRunSql(false, sqlite),
-      fencedFinishing: updateRunSql(true, sqlite)
-    }
+    const updateRun = { plain: updateRunSql(false), finishing: updateRunSql(true) }
     // PostgreSQL: lock the lease row until commit, so a takeover waits for the append to finish.
     const leaseOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""} FOR SHARE`)
     const inAppendTransaction = connectionTransaction(sql)
@@ -433,78 +452,145 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
         ? Effect.void
         : Effect.provideService(fault(context), SqlClient.TransactionConnection, [conn, 0] as const)
 
+    /** The stop reason's JSON for the summary row, or a typed `Encode` failure. */
+    const stopReasonJson = (runId: RunId, finished: RunLog.RunFinished): Effect.Effect<string, StoreError> | string => {
+      const encoded = encodeStopReasonSync(finished.stopReason)
+      return encoded._tag === "Right"
+        ? encoded.right
+        : Effect.fail(
+          new StoreError({ reason: "Encode", runId, message: `run ${runId}: the stop reason does not encode`, cause: encoded.left })
+        )
+    }
+
+    /**
+     * SQLite: one `INSERT` into the append view, one row per record with its summary delta and
+     * the writer's lease owner; the view's trigger checks and writes (migration 3). A single
+     * statement is atomic and, at `synchronous=FULL`, durable when it returns — one commit, no
+     * `BEGIN`/`COMMIT` statements. With a fault hook the same rows go in one by one inside an
+     * explicit transaction, so the hook runs between them.
+     */
+    const appendSqlite = (
+      runId: RunId,
+      records: Arr.NonEmptyReadonlyArray<RunLogStore.StoredRecord>,
+      owner: string | undefined
+    ): Effect.Effect<void, SqlError | StoreError> => {
+      const params: Array<Param> = []
+      for (const stored of records) {
+        const record = stored.record
+        const delta = addDelta(emptyDelta(), record)
+        let stopReason: string | null = null
+        if (delta.finished !== undefined) {
+          const json = stopReasonJson(runId, delta.finished)
+          if (typeof json !== "string") return json
+          stopReason = json
+        }
+        const started = record._tag === "RunStarted"
+        params.push(
+          runId,
+          stored.seq,
+          stored.kind,
+          stepOf(record),
+          stored.json,
+          owner ?? null,
+          started ? agentOf(record) : null,
+          started ? record.startedAt : null,
+          delta.steps,
+          delta.effectiveSteps,
+          delta.tokens,
+          delta.elapsed,
+          stopReason,
+          delta.finished === undefined ? null : delta.finished.finishedAt
+        )
+      }
+      if (options.faultPoint === undefined) {
+        return Effect.scoped(Effect.flatMap(sql.reserve, (conn) => exec(conn, appendViewFor(records.length), params)))
+      }
+      const width = params.length / records.length
+      return inAppendTransaction((conn) => {
+        let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
+        for (let i = 0; i < records.length; i++) {
+          const row = params.slice(i * width, (i + 1) * width)
+          chain = Effect.zipRight(chain, faultIn(conn, { stage: "BeforeRecord", runId, seq: records[i]!.seq, index: i }))
+          chain = Effect.zipRight(chain, exec(conn, appendViewFor(1), row))
+        }
+        const end = records[records.length - 1]!.seq
+        return Effect.zipRight(chain, faultIn(conn, { stage: "BeforeCommit", runId, seq: end, index: records.length }))
+      })
+    }
+
+    /**
+     * PostgreSQL: one transaction — one `INSERT` per record, the run's row with `RunStarted`, the
+     * summary `UPDATE`'s compare-and-set, and for a claim holder the lease row locked `FOR SHARE`
+     * and checked.
+     */
+    const appendPg = (
+      runId: RunId,
+      records: Arr.NonEmptyReadonlyArray<RunLogStore.StoredRecord>,
+      owner: string | undefined
+    ): Effect.Effect<void, SqlError | SeqConflict | LeaseLost | StoreError> => {
+      const first = records[0]
+      const delta = summaryDelta(records)
+      const end = first.seq + records.length
+      const fenced = owner !== undefined
+      const finished = delta.finished
+      const update: Array<Param> = [end, delta.steps, delta.effectiveSteps, delta.tokens, delta.elapsed]
+      if (finished !== undefined) {
+        const json = stopReasonJson(runId, finished)
+        if (typeof json !== "string") return json
+        update.push("Finished", json, finished.finishedAt)
+      }
+      update.push(runId, first.seq)
+      const updateSql = finished === undefined ? updateRun.plain : updateRun.finishing
+      const agent = first.record._tag === "RunStarted" ? agentOf(first.record) : undefined
+      const startedAt = first.record._tag === "RunStarted" ? first.record.startedAt : 0
+
+      // One chain of statements on the transaction's connection (built, not run, here).
+      const writes = (conn: Connection): Effect.Effect<void, SqlError | SeqConflict | LeaseLost | StoreError> => {
+        let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
+        for (let i = 0; i < records.length; i++) {
+          const stored = records[i]!
+          if (options.faultPoint !== undefined) {
+            chain = Effect.zipRight(chain, faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }))
+          }
+          chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
+        }
+        if (agent !== undefined) chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedAt]))
+        const checked = Effect.flatMap(
+          Effect.zipRight(chain, exec(conn, updateSql, update)),
+          // No row: the sequence number is not the run's next one.
+          (rows): Effect.Effect<void, SqlError | LeaseLost | SeqConflict> =>
+            rows.length !== 1
+              ? Effect.fail(new SeqConflict())
+              : fenced
+              ? Effect.flatMap(exec(conn, leaseOwnerSql, [runId]), (lease) => {
+                const holder = (lease[0] as { readonly owner?: string } | undefined)?.owner
+                return holder === owner ? Effect.void : Effect.fail(new LeaseLost({ holder: holder ?? "" }))
+              })
+              : Effect.void
+        )
+        return options.faultPoint === undefined
+          ? checked
+          : Effect.zipRight(checked, faultIn(conn, { stage: "BeforeCommit", runId, seq: end - 1, index: records.length }))
+      }
+      return inAppendTransaction(writes)
+    }
+
     const append: RunLogStore.Backend["append"] = (runId, records) =>
       Effect.suspend(() => {
         const first = records[0]
         // Sequence 0 is the RunStarted record and nothing else.
         if ((first.seq === 0) !== (first.kind === "RunStarted")) return conflict(runId, first.seq)
-        const delta = summaryDelta(records)
-        const end = first.seq + records.length
         const owner = held.get(runId)
-        const fenced = owner !== undefined
-        const finished = delta.finished
-        let stopReason: string | undefined
-        if (finished !== undefined) {
-          const encoded = encodeStopReasonSync(finished.stopReason)
-          if (encoded._tag === "Left") {
-            return Effect.fail(
-              new StoreError({ reason: "Encode", runId, message: `run ${runId}: the stop reason does not encode`, cause: encoded.left })
-            )
-          }
-          stopReason = encoded.right
-        }
-        const update: Array<Param> = [end, delta.steps, delta.effectiveSteps, delta.tokens, delta.elapsed]
-        if (finished !== undefined) update.push("Finished", stopReason!, finished.finishedAt)
-        update.push(runId, first.seq)
-        if (fenced && sqlite) update.push(runId, owner)
-        const updateSql = finished === undefined
-          ? (fenced ? updateRun.fenced : updateRun.plain)
-          : (fenced ? updateRun.fencedFinishing : updateRun.finishing)
-
-        let agent: string | undefined
-        if (first.record._tag === "RunStarted") {
-          agent = Option.match(RunLogStore.summarize(RunLog.fromRecords([first.record])), { onNone: () => "?", onSome: (s) => s.agent })
-        }
-        const startedAt = first.record._tag === "RunStarted" ? first.record.startedAt : 0
-
-        // One chain of statements on the transaction's connection (built, not run, here). A
-        // unique violation (a duplicate sequence number, or a second RunStarted) is told apart
-        // from other driver failures once, below.
-        const writes = (conn: Connection): Effect.Effect<void, SqlError | SeqConflict | LeaseLost | StoreError> => {
-          let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
-          for (let i = 0; i < records.length; i++) {
-            const stored = records[i]!
-            if (options.faultPoint !== undefined) {
-              chain = Effect.zipRight(chain, faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }))
-            }
-            chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
-          }
-          if (agent !== undefined) chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedAt]))
-          const checked = Effect.flatMap(
-            Effect.zipRight(chain, exec(conn, updateSql, update)),
-            // No row: the sequence number is not the run's next one, or (SQLite) the lease is
-            // gone; `fencedConflict` tells which after the rollback.
-            (rows): Effect.Effect<void, SqlError | LeaseLost | SeqConflict> =>
-              rows.length !== 1
-                ? Effect.fail(new SeqConflict())
-                : fenced && !sqlite
-                ? Effect.flatMap(exec(conn, leaseOwnerSql, [runId]), (lease) => {
-                  const holder = (lease[0] as { readonly owner?: string } | undefined)?.owner
-                  return holder === owner ? Effect.void : Effect.fail(new LeaseLost({ holder: holder ?? "" }))
-                })
-                : Effect.void
-          )
-          return options.faultPoint === undefined
-            ? checked
-            : Effect.zipRight(checked, faultIn(conn, { stage: "BeforeCommit", runId, seq: end - 1, index: records.length }))
-        }
-
-        return inAppendTransaction(writes).pipe(
+        return (sqlite ? appendSqlite(runId, records, owner) : appendPg(runId, records, owner)).pipe(
           Effect.catchTags({
             SeqConflict: () => fencedConflict(runId, first.seq),
             LeaseLost: (lost) => fencedConflict(runId, first.seq, lost.holder),
+            // A duplicate sequence number (the primary key) or, on SQLite, the append trigger's
+            // refusal (a gap, a lost lease): `fencedConflict` tells which it was.
             SqlError: (error) =>
-              isUniqueViolation(error) ? fencedConflict(runId, first.seq) : Effect.fail(failWith("appending to the log", runId)(error))
+              isUniqueViolation(error) || isAppendRefused(error)
+                ? fencedConflict(runId, first.seq)
+                : Effect.fail(failWith("appending to the log", runId)(error))
           })
         )
       }).pipe(withSpanIfTraced("SqlRunLogStore.append", () => ({ runId, records: records.length })))

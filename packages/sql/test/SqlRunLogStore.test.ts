@@ -337,6 +337,37 @@ describe("SqlRunLogStore: claims", () => {
       yield* Fiber.interrupt(fiber)
       yield* Effect.scoped(b.claim(runId))
     }))
+
+  it.scoped("a holder whose lease was taken over, or is gone, is fenced off at its next append; nothing is written", () =>
+    Effect.gen(function*() {
+      const dir = yield* F.tempDir()
+      const file = path.join(dir, "runs.db")
+      const a = yield* openStore(file)
+      const sql = yield* openClient(file)
+      const runId = F.rid("fenced")
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          yield* a.claim(runId)
+          yield* a.start(F.started(runId))
+          yield* a.appendReply(runId, F.replied(1, 0, 7))
+          const before = yield* a.readLog(runId)
+          const summaryBefore = yield* a.listRuns()
+          // Another process took the lease over (as after an expiry).
+          yield* sql`UPDATE polyloop_claims SET owner = 'other-host:1:1:x' WHERE run_id = ${runId}`
+          const taken = yield* fail(a.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+          sameError(taken, new ConcurrentWriter({ runId, expectedSeq: 2, actualSeq: 2, leaseHolder: "other-host:1:1:x" }))
+          // The lease row is gone altogether.
+          yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId}`
+          const gone = yield* fail(a.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+          sameError(gone, new ConcurrentWriter({ runId, expectedSeq: 2, actualSeq: 2, leaseHolder: "" }))
+          assert.deepStrictEqual(yield* a.readLog(runId), before)
+          assert.deepStrictEqual(yield* a.listRuns(), summaryBefore)
+        })
+      )
+      // Without a claim the store does not fence: the next record fits.
+      yield* a.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true))
+      assert.strictEqual(RunLog.size(yield* a.readLog(runId)), 4)
+    }))
 })
 
 describe("SqlRunLogStore: migrations", () => {
@@ -348,16 +379,18 @@ describe("SqlRunLogStore: migrations", () => {
       assert.isTrue(fs.existsSync(file))
       const sql = yield* openClient(file)
       const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
-      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2])
-      assert.strictEqual(SqlRunLogStore.latestVersion(sqliteMigrations), 2)
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3])
+      assert.strictEqual(SqlRunLogStore.latestVersion(sqliteMigrations), 3)
       const tables = yield* sql<{ name: string }>`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'polyloop_%' ORDER BY name`
       assert.deepStrictEqual(tables.map((t) => t.name), ["polyloop_claims", "polyloop_migrations", "polyloop_records", "polyloop_runs"])
+      const appendPath = yield* sql<{ type: string; name: string }>`SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger') ORDER BY type, name`
+      assert.deepStrictEqual(appendPath.map((o) => [o.type, o.name]), [["trigger", "polyloop_append_insert"], ["view", "polyloop_append"]])
       const mode = yield* sql<{ journal_mode: string }>`PRAGMA journal_mode`
       assert.strictEqual(mode[0]?.journal_mode, "wal")
       // Opening again applies nothing.
       yield* Effect.scoped(openStore(file))
       const again = yield* sql`SELECT migration_id FROM polyloop_migrations`
-      assert.strictEqual(again.length, 2)
+      assert.strictEqual(again.length, 3)
     }))
 
   it.scoped("a schema-1 database is migrated: its runs are summarised and their logs continue", () =>
@@ -430,17 +463,17 @@ describe("SqlRunLogStore: migrations", () => {
       yield* Effect.scoped(
         Effect.gen(function*() {
           const sql = yield* openClient(file)
-          yield* sql`INSERT INTO polyloop_migrations (migration_id, name) VALUES (3, 'from_the_future')`
+          yield* sql`INSERT INTO polyloop_migrations (migration_id, name) VALUES (4, 'from_the_future')`
         })
       )
       const error = yield* fail(Effect.scoped(openStore(file)))
       assert.strictEqual(error.reason, "SchemaVersion")
       assert.strictEqual(error.path, file)
-      assert.include(error.message, "schema version 3")
-      assert.include(error.message, "version 2")
+      assert.include(error.message, "schema version 4")
+      assert.include(error.message, "version 3")
       const sql = yield* openClient(file)
       const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
-      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3])
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4])
       const rows = yield* sql`SELECT seq FROM polyloop_records WHERE run_id = ${runId}`
       assert.strictEqual(rows.length, 1)
     }))

@@ -82,6 +82,15 @@ export const classify = (error: unknown): Classified => {
 /** Is this failure a violated uniqueness constraint? */
 export const isUniqueViolation = (error: SqlError): boolean => classify(error)._tag === "UniqueViolation"
 
+/**
+ * Is this failure SQLite's append trigger refusing an append (`RAISE(ABORT, 'polyloop_append: …')`,
+ * see `migrations/sqlite.ts`): a sequence number that is not the run's next one, or a lost lease?
+ */
+export const isAppendRefused = (error: SqlError): boolean => {
+  const cause = driverCause(error)
+  return codeOf(cause) === "SQLITE_CONSTRAINT_TRIGGER" && messageOf(cause).startsWith("polyloop_append: ")
+}
+
 const describe: Record<StoreErrorReason, string> = {
   Unavailable: "the database is unavailable (locked, busy or cannot be opened)",
   Corrupt: "the file is not a valid database or is corrupted",

@@ -5,7 +5,13 @@
  * - 1: the append-only record table (one row per record, primary key `(run_id, seq)` so a
  *   duplicate sequence number is rejected by the database) and the claim leases;
  * - 2: one summary row per run, kept up to date in the same transaction as each append, so
- *   `listRuns` is one query; existing runs are backfilled from their records.
+ *   `listRuns` is one query; existing runs are backfilled from their records;
+ * - 3: the append view `polyloop_append` and its `INSTEAD OF INSERT` trigger: an append is one
+ *   `INSERT` into the view (one row per record, carrying the summary's delta and the writer's
+ *   lease owner), and the trigger does per row what the store's transaction did statement by
+ *   statement — creates the summary row with `RunStarted`, checks the sequence number and the
+ *   lease, inserts the record, updates the summary. One statement is atomic by itself, so the
+ *   append needs no `BEGIN`/`COMMIT` of its own. No data changes.
  *
  * @internal
  */
@@ -72,8 +78,46 @@ LEFT JOIN polyloop_records f ON f.run_id = s.run_id AND f.kind = 'RunFinished'
 WHERE s.kind = 'RunStarted'`
 })
 
+/** What the append trigger's `RAISE(ABORT, …)` says when the sequence number is not the run's next one. */
+export const appendSeqRefused = "polyloop_append: the sequence number is not the run's next one"
+/** What the append trigger's `RAISE(ABORT, …)` says when the writer's lease on the run is gone. */
+export const appendLeaseRefused = "polyloop_append: the writer's lease on the run is gone"
+
+const appendView = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  // The view is never read (it has no rows); its columns are what an append carries per record.
+  yield* sql`CREATE VIEW polyloop_append (
+  run_id, seq, kind, step, payload, owner, agent, started_at, steps, effective_steps, tokens, elapsed, stop_reason, finished_at
+) AS SELECT run_id, seq, kind, step, payload, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL FROM polyloop_records WHERE 0`
+  // Per row, in the order of the INSERT's VALUES. RAISE(ABORT) undoes the whole statement:
+  // every record of the append or none. A second RunStarted, or a record whose sequence number
+  // is taken, is the primary key's unique violation; a gap (or a run never started) and a lost
+  // lease are the two RAISEs. The messages are matched by the store (keep them in step).
+  yield* sql.unsafe(`CREATE TRIGGER polyloop_append_insert INSTEAD OF INSERT ON polyloop_append
+BEGIN
+  INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq)
+    SELECT NEW.run_id, NEW.agent, 'Unfinished', NULL, 0, 0, 0, NEW.started_at, NULL, 0, 0 WHERE NEW.kind = 'RunStarted';
+  SELECT RAISE(ABORT, '${appendSeqRefused.replace(/'/g, "''")}')
+    WHERE NOT EXISTS (SELECT 1 FROM polyloop_runs WHERE run_id = NEW.run_id AND next_seq = NEW.seq);
+  SELECT RAISE(ABORT, '${appendLeaseRefused.replace(/'/g, "''")}')
+    WHERE NEW.owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM polyloop_claims WHERE run_id = NEW.run_id AND owner = NEW.owner);
+  INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (NEW.run_id, NEW.seq, NEW.kind, NEW.step, NEW.payload);
+  UPDATE polyloop_runs SET
+    next_seq = NEW.seq + 1,
+    steps = steps + NEW.steps,
+    effective_steps = effective_steps + NEW.effective_steps,
+    tokens = tokens + NEW.tokens,
+    elapsed = elapsed + NEW.elapsed,
+    status = CASE WHEN NEW.kind = 'RunFinished' THEN 'Finished' ELSE status END,
+    stop_reason = CASE WHEN NEW.kind = 'RunFinished' THEN NEW.stop_reason ELSE stop_reason END,
+    finished_at = CASE WHEN NEW.kind = 'RunFinished' THEN NEW.finished_at ELSE finished_at END
+  WHERE run_id = NEW.run_id;
+END`)
+})
+
 /** The SQLite migrations, keyed `<id>_<name>`. */
 export const migrations: Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>> = {
   "1_create_records": createRecords,
-  "2_run_summaries": runSummaries
+  "2_run_summaries": runSummaries,
+  "3_append_view": appendView
 }
