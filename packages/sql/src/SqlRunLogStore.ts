@@ -7,30 +7,40 @@
  * Storage (see `internal/migrations/`):
  * - `polyloop_records(run_id, seq, kind, step, payload)`: append-only, one row per record, the
  *   record's JSON as `RunLogStore.encodeRecord` writes it. `PRIMARY KEY (run_id, seq)` makes the
- *   database reject a duplicate sequence number; a gap is rejected by a compare-and-set on the
- *   run's `next_seq` in the same transaction (the summary `UPDATE … WHERE next_seq = ?
- *   RETURNING next_seq` updates no row). Either becomes `ConcurrentWriter`.
- * - `polyloop_runs`: one summary row per run, inserted with `RunStarted` and updated in the same
- *   transaction as each append (constant work per step, earlier records are never rewritten), so
- *   `listRuns` is one query.
- * - `polyloop_claims(run_id, owner, expires_at)`: leases. A claim inserts a row (a random owner
- *   id per process and claim), a heartbeat fiber renews it while the claim's scope is open, and
- *   closing the scope deletes it. The lease of a process that died expires and can be taken.
- *   Appends by a claim's holder are fenced: inside the append's transaction the lease row must
- *   still name that holder (on SQLite a condition of the summary `UPDATE`, under the write lock
- *   `BEGIN IMMEDIATE` took; on PostgreSQL a `SELECT … FOR SHARE` that locks it until commit, so a
- *   takeover waits), otherwise the append is rejected with `ConcurrentWriter { leaseHolder }`.
+ *   database reject a duplicate sequence number; a gap is rejected by a check of the run's
+ *   `next_seq` in the same statement or transaction. Either becomes `ConcurrentWriter`.
+ * - `polyloop_runs`: one summary row per run, inserted with `RunStarted` and updated with each
+ *   append, atomically with it (constant work per step, earlier records are never rewritten),
+ *   so `listRuns` is one query.
+ * - `polyloop_claims(run_id, owner, expires_at)`: leases. A claim is one compare-and-set upsert
+ *   (a random owner id per process and claim; it takes a lease that is free, expired, or held
+ *   by a dead process of this machine when `reclaimDeadLocalOwners` is on), a heartbeat fiber
+ *   renews it while the claim's scope is open, and closing the scope deletes it. Appends by a
+ *   claim's holder are fenced: atomically with the append, the lease row must still name that
+ *   holder, otherwise the append is rejected with `ConcurrentWriter { leaseHolder }`.
+ * - `polyloop_append` (SQLite only): a view with no rows whose `INSTEAD OF INSERT` trigger
+ *   is the append — per record it creates the summary row (`RunStarted`), refuses a gap or a
+ *   lost lease (`RAISE(ABORT)`), inserts the record and updates the summary.
  * - `polyloop_migrations`: `@effect/sql`'s `Migrator` table. A database whose schema is newer
  *   than this code is refused with `StoreError { reason: "SchemaVersion" }`. On PostgreSQL the
  *   migration runs in one transaction under an advisory lock, so workers starting together on
  *   an empty database migrate one after another (`internal/migrationLock.ts`).
  *
- * Every append is one transaction (`BEGIN IMMEDIATE` on SQLite: the write lock is taken first,
- * waiting up to the busy timeout); `completeStep`'s two records commit together or not at all.
- * An append is `BEGIN`, one `INSERT` per record, the summary `UPDATE` (gap check and, on SQLite,
- * fencing), on PostgreSQL the lease `SELECT`, and `COMMIT` — statements compiled once and run on
- * the transaction's connection, prepared once by the driver (a durable step is two commits, and
- * `sql` templates cost more CPU per statement than SQLite's own work).
+ * Appends are atomic: `completeStep`'s two records are written together or not at all.
+ * - On SQLite an append is one statement, `INSERT INTO polyloop_append VALUES (…), (…)` (one
+ *   row per record, carrying its summary delta and the writer's lease owner). A statement is
+ *   atomic and, in autocommit, its own transaction: one commit (one `fsync` at
+ *   `synchronous=FULL`) and no `BEGIN`/`COMMIT` statements. With a fault hook the rows go in one
+ *   by one inside `BEGIN IMMEDIATE … COMMIT`, so the hook can run between them.
+ * - On PostgreSQL an append is `BEGIN`, one `INSERT` per record, the summary `UPDATE … WHERE
+ *   next_seq = ? RETURNING` (no row: a gap), for a claim holder the lease row `SELECT … FOR
+ *   SHARE` (locked until commit, so a takeover waits), and `COMMIT`.
+ *
+ * Every statement is compiled once per dialect and run with `Connection.execute` (prepared once
+ * by the driver): a durable step is two commits, and `sql` templates cost more CPU per statement
+ * than SQLite's own work. `layerSqlite` opens a client for the store alone and holds its one
+ * connection for the layer's life, since every operation there is a single statement; a store
+ * over a client it shares (`layer`, `backend`, PostgreSQL) reserves a connection per operation.
  * Driver failures become `StoreError`s with the path and a reason (`Unavailable` for a locked or
  * unreachable database, `ReadOnly`, `DiskFull`, `Corrupt`, …), including a failing `COMMIT` and
  * SQLite's own rollback on a full disk (which `SqlClient.withTransaction` would turn into a
@@ -67,13 +77,14 @@ import * as Random from "effect/Random"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import * as os from "node:os"
 import { driverCause, isAppendRefused, isUniqueViolation, storeError } from "./internal/errors.js"
 import { serialized } from "./internal/migrationLock.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
 import { probe } from "./internal/sqliteFile.js"
-import { connectionTransaction, transaction } from "./internal/transaction.js"
+import { connectionTransaction } from "./internal/transaction.js"
 
 /** Where a fault can be injected inside an append's transaction. */
 export type FaultStage = "BeforeRecord" | "BeforeCommit"
@@ -96,7 +107,9 @@ export interface FaultContext {
  * A hook called inside an append's transaction, for tests of atomicity: before each record is
  * inserted (`"BeforeRecord"`) and after every write, before the commit (`"BeforeCommit"`).
  * Failing there, being interrupted there, or killing the process there must leave none of the
- * append's records visible.
+ * append's records visible. On SQLite a store with a hook writes an append's records one by one
+ * inside `BEGIN IMMEDIATE … COMMIT` (through the same append trigger), so that the hook has a
+ * point between them; without one an append is a single statement.
  */
 export type FaultPoint = (context: FaultContext) => Effect.Effect<void, StoreError>
 
@@ -355,12 +368,54 @@ const appendViewFor = (rows: number): string =>
 let claimCounter = 0
 
 /**
+ * How the backend gets a connection for one operation: every statement of the store runs on a
+ * connection it is given here (`Connection.execute` with statements compiled once, or per call
+ * for `listRuns`), never through `sql` templates.
+ */
+type Connect = <A, E>(use: (conn: Connection) => Effect.Effect<A, E>) => Effect.Effect<A, E | SqlError>
+
+/**
+ * A connection reserved from the client for each operation (`SqlClient.reserve`): the client may
+ * be shared (a `Worker`, the application), and the reservation keeps other fibers' statements
+ * out of an open transaction.
+ */
+const reservePerOperation = (sql: SqlClient.SqlClient): Connect => (use) => Effect.scoped(Effect.flatMap(sql.reserve, use))
+
+/**
  * The SQL backend of `RunLogStore` over the `SqlClient` in context (any dialect whose schema
- * `migrate` has created). Most users want `layerSqlite` or `layer`.
+ * `migrate` has created), which may be shared with other code. Most users want `layerSqlite` or
+ * `layer`.
  */
 export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backend, never, SqlClient.SqlClient> =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+  Effect.flatMap(SqlClient.SqlClient, (sql) => makeBackend(sql, options, reservePerOperation(sql)))
+
+/**
+ * The backend on a client that nothing else uses — the SQLite client `layerSqlite` opens for the
+ * store alone: the client's one connection is reserved once, for the life of the scope, and every
+ * operation runs on it without a reservation of its own (which costs more CPU than the append's
+ * statement). Safe because, in this mode, every operation of the store is one statement (an
+ * append is one `INSERT` into the append view, a claim a compare-and-set upsert; no transaction
+ * stays open across statements), and better-sqlite3 runs each statement synchronously, whole.
+ * With a fault hook (whose point is inside an open transaction) it reserves per operation, as
+ * `backend` does. Any other user of the client would wait for the connection forever, so the
+ * client must be private to the store.
+ */
+const backendOwningClient = (options: Options): Effect.Effect<RunLogStore.Backend, never, SqlClient.SqlClient | Scope.Scope> =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    const single = sql.onDialectOrElse({ sqlite: () => options.faultPoint === undefined, orElse: () => false })
+    if (!single) return makeBackend(sql, options, reservePerOperation(sql))
+    return Effect.flatMap(
+      Effect.orDie(sql.reserve),
+      (conn) => makeBackend(sql, options, (use) => use(conn))
+    )
+  })
+
+const makeBackend = (
+  sql: SqlClient.SqlClient,
+  options: Options,
+  connect: Connect
+): Effect.Effect<RunLogStore.Backend> =>
+  Effect.sync(() => {
     const path = options.path
     const leaseMillis = Duration.toMillis(Duration.decode(options.leaseDuration ?? Duration.seconds(30)))
     const reclaimDeadLocalOwners = options.reclaimDeadLocalOwners ?? false
@@ -368,14 +423,36 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       ? Duration.millis(Math.max(1, Math.floor(leaseMillis / 3)))
       : Duration.decode(options.heartbeatInterval)
     const fault: FaultPoint = options.faultPoint ?? (() => Effect.void)
-    const inTransaction = transaction(sql)
     const failWith = (operation: string, runId?: string) => (error: SqlError) => storeError(error, { operation, path, runId })
     /** Claims this store instance holds: run id → lease owner. Appends to these runs are fenced by the lease. */
     const held = new Map<string, string>()
 
+    // Every statement is compiled once for the dialect (placeholders `?` or `$n`) and run with
+    // `Connection.execute` on the connection `connect` gives (prepared once, cached by the
+    // driver). Parameters are passed in the order they appear in each statement.
+    type Param = string | number | null
+    const compiled = (statement: { readonly compile: () => readonly [string, ReadonlyArray<unknown>] }): string => statement.compile()[0]
+    const exec = (conn: Connection, statement: string, params: ReadonlyArray<Param>) => conn.execute(statement, params, undefined)
+    const query = (statement: string, params: ReadonlyArray<Param>) => connect((conn) => exec(conn, statement, params))
+
+    const nextSeqSql = compiled(sql`SELECT next_seq FROM polyloop_runs WHERE run_id = ${""}`)
+    const claimOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""}`)
+    const readSql = compiled(sql`SELECT payload FROM polyloop_records WHERE run_id = ${""} ORDER BY seq`)
+    // A claim is one compare-and-set: insert the lease, or take over one that expired (or whose
+    // owner is known dead), atomically; a live lease is left alone.
+    const upsertClaimSql = compiled(
+      sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${""}, ${""}, ${0}) ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE polyloop_claims.expires_at <= ${0} OR polyloop_claims.owner = ${""}`
+    )
+    const renewClaimSql = compiled(sql`UPDATE polyloop_claims SET expires_at = ${0} WHERE run_id = ${""} AND owner = ${""}`)
+    const releaseClaimSql = compiled(sql`DELETE FROM polyloop_claims WHERE run_id = ${""} AND owner = ${""}`)
+
+    /** The current holder of a run's lease ("" for none). */
+    const leaseHolder = (runId: RunId) =>
+      Effect.map(query(claimOwnerSql, [runId]), (rows) => (rows[0] as { readonly owner?: string } | undefined)?.owner ?? "")
+
     const nextSeq = (runId: RunId) =>
-      sql<{ readonly next_seq: unknown }>`SELECT next_seq FROM polyloop_runs WHERE run_id = ${runId}`.pipe(
-        Effect.map((rows) => Number(rows[0]?.next_seq ?? 0)),
+      query(nextSeqSql, [runId]).pipe(
+        Effect.map((rows) => Number((rows[0] as { readonly next_seq?: unknown } | undefined)?.next_seq ?? 0)),
         Effect.mapError(failWith("reading the run's next sequence number", runId))
       )
 
@@ -387,21 +464,18 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       Effect.gen(function*() {
         const owner = held.get(runId)
         if (owner === undefined) return yield* conflict(runId, actualSeq)
-        const current = holder ?? (yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`.pipe(
-          Effect.map((rows) => rows[0]?.owner ?? ""),
-          Effect.mapError(failWith("reading the run's claim", runId))
-        ))
+        const current = holder ?? (yield* leaseHolder(runId).pipe(Effect.mapError(failWith("reading the run's claim", runId))))
         if (current === owner) return yield* conflict(runId, actualSeq)
         const expectedSeq = yield* nextSeq(runId)
         return yield* new ConcurrentWriter({ runId, expectedSeq, actualSeq, leaseHolder: current })
       })
 
     const read: RunLogStore.Backend["read"] = (runId) =>
-      sql<{ readonly payload: unknown }>`SELECT payload FROM polyloop_records WHERE run_id = ${runId} ORDER BY seq`.pipe(
+      query(readSql, [runId]).pipe(
         Effect.mapError(failWith("reading the log", runId)),
         Effect.flatMap((rows) => {
           const texts: Array<string> = []
-          for (const row of rows) {
+          for (const row of rows as ReadonlyArray<{ readonly payload?: unknown }>) {
             if (typeof row.payload !== "string") {
               return Effect.fail(
                 new StoreError({
@@ -419,13 +493,9 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
         Effect.withSpan("SqlRunLogStore.read", { attributes: { runId } })
       )
 
-    // The append's statements, compiled once for the dialect and run on the transaction's own
-    // connection (see `connectionTransaction`): a durable step is two commits, and going through
-    // `sql` templates cost more CPU per statement than the database's own work. Parameters are
-    // passed in the order they appear in each statement. SQLite's append is one statement into
-    // the append view (`appendViewFor`); the others are PostgreSQL's.
+    // The append's statements. SQLite's append is one statement into the append view
+    // (`appendViewFor`); the others are PostgreSQL's.
     const sqlite = sql.onDialectOrElse({ sqlite: () => true, orElse: () => false })
-    const compiled = (statement: { readonly compile: () => readonly [string, ReadonlyArray<unknown>] }): string => statement.compile()[0]
     const insertRecordSql = compiled(
       sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${""}, ${0}, ${""}, ${0}, ${""})`
     )
@@ -443,9 +513,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
     const updateRun = { plain: updateRunSql(false), finishing: updateRunSql(true) }
     // PostgreSQL: lock the lease row until commit, so a takeover waits for the append to finish.
     const leaseOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""} FOR SHARE`)
-    const inAppendTransaction = connectionTransaction(sql)
-    type Param = string | number | null
-    const exec = (conn: Connection, statement: string, params: ReadonlyArray<Param>) => conn.execute(statement, params, undefined)
+    const inAppendTransaction = connectionTransaction(sql, connect)
     // The fault hook is outside code: statements it runs through `sql` use this transaction.
     const faultIn = (conn: Connection, context: FaultContext): Effect.Effect<void, StoreError> =>
       options.faultPoint === undefined
@@ -502,9 +570,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
           delta.finished === undefined ? null : delta.finished.finishedAt
         )
       }
-      if (options.faultPoint === undefined) {
-        return Effect.scoped(Effect.flatMap(sql.reserve, (conn) => exec(conn, appendViewFor(records.length), params)))
-      }
+      if (options.faultPoint === undefined) return query(appendViewFor(records.length), params)
       const width = params.length / records.length
       return inAppendTransaction((conn) => {
         let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
@@ -599,9 +665,9 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       Effect.gen(function*() {
         const where = query.status === undefined ? sql`` : sql`WHERE status = ${query.status}`
         const limit = query.limit === undefined ? sql`` : sql`LIMIT ${Math.max(0, Math.floor(query.limit))}`
-        const rows = yield* sql`SELECT run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed FROM polyloop_runs ${where} ORDER BY started_at DESC, run_id ASC ${limit}`.pipe(
-          Effect.mapError(failWith("listing runs"))
-        )
+        const [text, params] = sql`SELECT run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed FROM polyloop_runs ${where} ORDER BY started_at DESC, run_id ASC ${limit}`
+          .compile()
+        const rows = yield* connect((conn) => conn.execute(text, params, undefined)).pipe(Effect.mapError(failWith("listing runs")))
         const decoded = yield* decodeSummaryRows(rows).pipe(
           Effect.mapError((error) =>
             new StoreError({
@@ -625,35 +691,34 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
         }))
       }).pipe(Effect.withSpan("SqlRunLogStore.listRuns"))
 
+    /**
+     * Takes the run's lease for `owner` if it is free, expired, or (with `reclaimDeadLocalOwners`)
+     * held by a dead process of this machine — one atomic upsert, no transaction — then reads
+     * who holds it: `RunBusy` names a live holder.
+     */
     const takeLease = (runId: RunId, owner: string) =>
-      inTransaction(
-        Effect.gen(function*() {
-          const now = yield* Clock.currentTimeMillis
-          yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND expires_at <= ${now}`
-          if (reclaimDeadLocalOwners) {
-            const current = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
-            const previous = current[0]?.owner
-            if (previous !== undefined && isDeadLocalOwner(previous)) {
-              yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND owner = ${previous}`
-            }
-          }
-          yield* sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${runId}, ${owner}, ${now + leaseMillis}) ON CONFLICT DO NOTHING`
-          const rows = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
-          return rows[0]?.owner
-        })
-      ).pipe(
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        let dead: string | null = null
+        if (reclaimDeadLocalOwners) {
+          const previous = yield* leaseHolder(runId)
+          if (previous !== "" && isDeadLocalOwner(previous)) dead = previous
+        }
+        yield* query(upsertClaimSql, [runId, owner, now + leaseMillis, now, dead])
+        return yield* leaseHolder(runId)
+      }).pipe(
         Effect.mapError(failWith("claiming the run", runId)),
-        Effect.flatMap((holder) => holder === owner ? Effect.void : Effect.fail(new RunBusy({ runId, ...(holder === undefined ? {} : { owner: holder }) })))
+        Effect.flatMap((holder) => holder === owner ? Effect.void : Effect.fail(new RunBusy({ runId, ...(holder === "" ? {} : { owner: holder }) })))
       )
 
     const renewLease = (runId: RunId, owner: string) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        yield* sql`UPDATE polyloop_claims SET expires_at = ${now + leaseMillis} WHERE run_id = ${runId} AND owner = ${owner}`
-        const rows = yield* sql<{ readonly owner: string }>`SELECT owner FROM polyloop_claims WHERE run_id = ${runId}`
-        if (rows[0]?.owner !== owner) {
+        yield* query(renewClaimSql, [now + leaseMillis, runId, owner])
+        const holder = yield* leaseHolder(runId)
+        if (holder !== owner) {
           yield* Effect.logWarning(
-            `run ${runId}: the claim's lease was lost (now held by ${rows[0]?.owner ?? "nobody"}); another writer may take over`
+            `run ${runId}: the claim's lease was lost (now held by ${holder === "" ? "nobody" : holder}); another writer may take over`
           )
         }
       }).pipe(
@@ -662,7 +727,7 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
       )
 
     const releaseLease = (runId: RunId, owner: string) =>
-      sql`DELETE FROM polyloop_claims WHERE run_id = ${runId} AND owner = ${owner}`.pipe(
+      query(releaseClaimSql, [runId, owner]).pipe(
         Effect.asVoid,
         Effect.catchTag("SqlError", (error) =>
           Effect.logWarning(
@@ -735,8 +800,15 @@ export const layerSqliteClient = (
  * The embedded default store: a SQLite file in WAL mode with `synchronous=FULL` (see
  * `SqliteOptions` for `NORMAL` and its cost), a busy timeout, and migrations applied.
  */
-export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> =>
-  layer({ reclaimDeadLocalOwners: true, ...options, path: options.filename }).pipe(Layer.provide(layerSqliteClient(options)))
+export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.RunLogStore, StoreError> => {
+  const store: Options = { reclaimDeadLocalOwners: true, ...options, path: options.filename }
+  // The client is the store's alone (not in the layer's output), so the store may hold its
+  // connection for the layer's life (`backendOwningClient`).
+  return Layer.scoped(
+    RunLogStore.RunLogStore,
+    Effect.zipRight(migrate({ path: options.filename }), Effect.map(backendOwningClient(store), RunLogStore.make))
+  ).pipe(Layer.provide(layerSqliteClient(options)))
+}
 
 /** Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the store's queries do not expect. */
 export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson">

@@ -15,7 +15,6 @@
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
-import type * as Scope from "effect/Scope"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -54,25 +53,27 @@ export const transaction = (sql: SqlClient.SqlClient) => <A, E, R>(effect: Effec
 }
 
 /**
- * Runs `use` in one transaction on a reserved connection that it receives: its statements go
- * straight to the connection (`conn.execute`, prepared once and cached by the driver), without
- * `@effect/sql`'s per-statement compile, span and connection acquisition, and no
- * `TransactionConnection` is provided (a `sql` statement inside would wait for the connection
- * this transaction holds). Commits on success, rolls back otherwise, like `transaction`. On
- * SQLite `BEGIN IMMEDIATE` and `COMMIT` are prepared statements too.
+ * Runs `use` in one transaction on the connection `connect` gives it (a connection reserved for
+ * the operation): its statements go straight to the connection (`conn.execute`, prepared once
+ * and cached by the driver), without `@effect/sql`'s per-statement compile, span and connection
+ * acquisition, and no `TransactionConnection` is provided (a `sql` statement inside would wait
+ * for the connection this transaction holds). Commits on success, rolls back otherwise, like
+ * `transaction`. On SQLite `BEGIN IMMEDIATE` and `COMMIT` are prepared statements too.
  */
-export const connectionTransaction = (sql: SqlClient.SqlClient) => {
+export const connectionTransaction = (
+  sql: SqlClient.SqlClient,
+  connect: <A, E>(use: (conn: Connection) => Effect.Effect<A, E>) => Effect.Effect<A, E | SqlError>
+) => {
   const sqlite = sql.onDialectOrElse({ sqlite: () => true, orElse: () => false })
   const begin = sqlite ? "BEGIN IMMEDIATE" : "BEGIN"
   const run = (conn: Connection, statement: string) =>
     sqlite ? conn.execute(statement, [], undefined) : conn.executeUnprepared(statement, [], undefined)
-  return <A, E, R>(use: (conn: Connection) => Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, Exclude<R, Scope.Scope>> =>
-    Effect.scoped(
-      Effect.flatMap(sql.reserve, (conn) =>
-        Effect.acquireUseRelease(
-          run(conn, begin),
-          () => Effect.zipLeft(use(conn), run(conn, "COMMIT")),
-          (_, exit) => Exit.isSuccess(exit) ? Effect.void : rollback(conn)
-        ))
+  return <A, E>(use: (conn: Connection) => Effect.Effect<A, E>): Effect.Effect<A, E | SqlError> =>
+    connect((conn) =>
+      Effect.acquireUseRelease(
+        run(conn, begin),
+        () => Effect.zipLeft(use(conn), run(conn, "COMMIT")),
+        (_, exit) => Exit.isSuccess(exit) ? Effect.void : rollback(conn)
+      )
     )
 }
