@@ -91,14 +91,14 @@ const main = async (): Promise<void> => {
     quick ? { warmup: 1, reps: 3 } : { warmup: 3, reps: steps <= 50 ? 30 : steps <= 200 ? 15 : 9 })
 
   log("2/6 durable step cost")
-  const durable = await Durable.run(dir, quick ? 50 : 200, quick ? { warmup: 1, reps: 3 } : { warmup: 2, reps: 7 })
+  const durable = await Durable.run(dir, quick ? 50 : 200, quick ? { warmup: 1, reps: 3 } : { warmup: 2, reps: 15 })
 
   log("3/6 storage growth")
   const growthSizes = quick ? [100, 1000] : [100, 1000, 10_000]
   const growth = await Storage.growth(dir, growthSizes)
 
   log("4/6 resume cost")
-  const resume = await Storage.resume(dir, growth.largest, quick ? { warmup: 1, reps: 3 } : { warmup: 2, reps: 7 })
+  const resume = await Storage.resume(dir, growth.largest, quick ? { warmup: 1, reps: 3 } : { warmup: 2, reps: 15 })
   Raw.remove(growth.largest.file)
 
   log("5/6 many runs")
