@@ -35,12 +35,12 @@ import * as Effect from "effect/Effect"
 import type * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type * as Arr from "effect/Array"
 import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
+import { formatIssues } from "./internal/issues.js"
 import * as RecordJson from "./internal/recordJson.js"
 import { totalTokens } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
@@ -210,7 +210,7 @@ export const verifyLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Ef
     const records: Array<RunLog.RunRecord> = []
     for (let i = 0; i < texts.length; i++) {
       const decoded = decodeRecord(texts[i])
-      if (decoded._tag === "Left") return notDecodable(runId, i, ParseResult.TreeFormatter.formatErrorSync(decoded.left))
+      if (decoded._tag === "Left") return notDecodable(runId, i, formatIssues(decoded.left))
       if (decoded.right.seq !== i) return outOfSequence(runId, i, decoded.right.seq)
       records.push(decoded.right)
     }

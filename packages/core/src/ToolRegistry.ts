@@ -20,6 +20,7 @@ import * as ActionOutcome from "./ActionOutcome.js"
 import { InvalidArguments, MissingToolHandler, UnknownTool } from "./Errors.js"
 import type { ToolDefinition } from "./ModelClient.js"
 import type * as Tool from "./Tool.js"
+import { formatIssues } from "./internal/issues.js"
 import * as Tracing from "./internal/tracing.js"
 import * as ToolContext from "./ToolContext.js"
 
@@ -91,12 +92,6 @@ export const isDerivedFrom = (executor: DerivedExecutor, registry: ToolRegistry<
   if (mine.length !== registry.tools.length) return false
   return mine.every((tool) => Option.exists(registry.get(tool.name), (other) => other === tool))
 }
-
-const formatIssues = (error: ParseResult.ParseError): string =>
-  ParseResult.ArrayFormatter.formatErrorSync(error)
-    // `String` on each key: a symbol key would make `join` throw, and `validate` is total.
-    .map((issue) => (issue.path.length > 0 ? `${issue.path.map(String).join(".")}: ${issue.message}` : issue.message))
-    .join("; ")
 
 const errorName = (value: unknown): string => {
   if (Predicate.hasProperty(value, "_tag") && typeof value._tag === "string") return value._tag

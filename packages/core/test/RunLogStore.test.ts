@@ -114,6 +114,26 @@ describe("RunLogStore.encodeRecord", () => {
     }
   })
 
+  it("says which field is wrong and how, without printing the record schemas", () => {
+    const { resultId: _, ...missing } = result({})
+    const cases: ReadonlyArray<readonly [RunLog.RunRecord, string]> = [
+      [missing as unknown as RunLog.RunRecord, "resultId: is missing"],
+      [replied({ ...reply, usage: { inputTokens: -1, outputTokens: 0 } }), "reply.usage.inputTokens: "],
+      [completed({ elapsed: -1 }), "elapsed: "]
+    ]
+    for (const [record, expected] of cases) {
+      let message = ""
+      try {
+        RunLogStore.encodeRecord(record)
+      } catch (error) {
+        message = error instanceof Error ? error.message : String(error)
+      }
+      assert.include(message, `${record._tag} record ${record.seq} cannot be written: ${expected}`)
+      assert.notInclude(message, "readonly", "no schema dump")
+      assert.isBelow(message.length, 200, message)
+    }
+  })
+
   it("throws StoreError Encode for a record that would not read back", () => {
     const record: RunLog.RunRecord = { _tag: "RunResumed", seq: 1, fromStep: Ids.StepIndex.make(0), at: Number.NaN }
     assert.throws(() => RunLogStore.encodeRecord(record), /RunResumed record 1 cannot be written/)

@@ -24,9 +24,9 @@
  * @internal
  */
 import * as Either from "effect/Either"
-import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import * as AST from "effect/SchemaAST"
+import { formatIssues } from "./issues.js"
 
 /**
  * A compiled writer: the JSON text of `value` when the fast path may write it (exactly as
@@ -297,7 +297,7 @@ export const makeEncoder = <A, I>(schema: Schema.Schema<A, I>): (value: A) => Ei
   const decode = Schema.decodeUnknownEither(Schema.parseJson(schema))
   const slow = (value: A): Either.Either<string, string> => {
     const encoded = encode(value)
-    if (Either.isLeft(encoded)) return Either.left(ParseResult.TreeFormatter.formatErrorSync(encoded.left))
+    if (Either.isLeft(encoded)) return Either.left(formatIssues(encoded.left))
     let text: string
     try {
       text = JSON.stringify(encoded.right, guard)
@@ -306,7 +306,7 @@ export const makeEncoder = <A, I>(schema: Schema.Schema<A, I>): (value: A) => Ei
     }
     const back = decode(text)
     return Either.isLeft(back)
-      ? Either.left(`its JSON does not read back: ${ParseResult.TreeFormatter.formatErrorSync(back.left)}`)
+      ? Either.left(`its JSON does not read back: ${formatIssues(back.left)}`)
       : Either.right(text)
   }
   return (value) => {
