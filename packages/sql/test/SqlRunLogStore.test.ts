@@ -338,6 +338,56 @@ describe("SqlRunLogStore: claims", () => {
       yield* Effect.scoped(b.claim(runId))
     }))
 
+  it.live("many runs at once on one store (claims, heartbeats, appends, reads and listings interleaved) all complete, each log whole", () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* F.tempDir()
+        const file = path.join(dir, "runs.db")
+        // A heartbeat every few milliseconds, so renewals land between the runs' appends.
+        const store = yield* openStore(file, { leaseDuration: "2 seconds", heartbeatInterval: "3 millis" })
+        const runs = Array.from({ length: 40 }, (_, i) => F.rid(`concurrent-${i}`))
+        const plan = (i: number) =>
+          Array.from({ length: 15 }, (_, k) => ({
+            status: ([null, "Executed", "NotExecuted", "EnvError"] as const)[(i + k) % 4]!,
+            tokens: i + k,
+            elapsed: k
+          }))
+        const writer = (runId: RunId, i: number) =>
+          Effect.scoped(
+            Effect.gen(function*() {
+              yield* store.claim(runId)
+              yield* store.start(F.started(runId, { startedAt: i }))
+              const next = yield* F.writeSteps(store, runId, 1, 0, plan(i))
+              yield* store.finish(runId, F.finished(next, { _tag: "Completed", by: "Tool" }, 1_000 + i))
+            })
+          )
+        let listings = 0
+        const reader = Effect.gen(function*() {
+          const summaries = yield* store.listRuns()
+          for (const summary of summaries.slice(0, 3)) yield* store.readLog(F.rid(summary.runId))
+          listings++
+          yield* Effect.yieldNow()
+        }).pipe(Effect.forever)
+        const readerFiber = yield* Effect.fork(reader)
+        yield* Effect.forEach(runs, writer, { concurrency: "unbounded", discard: true })
+        yield* Fiber.interrupt(readerFiber)
+        assert.isAbove(listings, 0)
+        const summaries = yield* store.listRuns()
+        assert.strictEqual(summaries.length, runs.length)
+        for (const [i, runId] of runs.entries()) {
+          const log = yield* store.readLog(runId, { verify: true })
+          assert.strictEqual(RunLog.size(log), 1 + plan(i).reduce((n, p) => n + (p.status === null ? 2 : 3), 0) + 1)
+          assert.deepStrictEqual(
+            summaries.find((s) => s.runId === runId),
+            Option.getOrThrow(RunLogStore.summarize(log))
+          )
+        }
+        // Every claim was released.
+        const sql = yield* openClient(file)
+        assert.deepStrictEqual(yield* sql`SELECT run_id FROM polyloop_claims`, [])
+      })
+    ))
+
   it.scoped("a holder whose lease was taken over, or is gone, is fenced off at its next append; nothing is written", () =>
     Effect.gen(function*() {
       const dir = yield* F.tempDir()
