@@ -30,8 +30,12 @@
  * - On SQLite an append is one statement, `INSERT INTO polyloop_append VALUES (…), (…)` (one
  *   row per record, carrying its summary delta and the writer's lease owner). A statement is
  *   atomic and, in autocommit, its own transaction: one commit (one `fsync` at
- *   `synchronous=FULL`) and no `BEGIN`/`COMMIT` statements. With a fault hook the rows go in one
- *   by one inside `BEGIN IMMEDIATE … COMMIT`, so the hook can run between them.
+ *   `synchronous=FULL`) and no `BEGIN`/`COMMIT` statements. While several runs are claimed on
+ *   the store, the appends that reach the store together are committed together (group
+ *   commit: one statement with all their rows, one `fsync`); an append still returns only once
+ *   its rows are committed, and a refused one is written again alone, so one run's conflict
+ *   never fails another's. With a fault hook the rows go in one by one inside `BEGIN IMMEDIATE
+ *   … COMMIT`, so the hook can run between them.
  * - On PostgreSQL an append is `BEGIN`, one `INSERT` per record, the summary `UPDATE … WHERE
  *   next_seq = ? RETURNING` (no row: a gap), for a claim holder the lease row `SELECT … FOR
  *   SHARE` (locked until commit, so a takeover waits), and `COMMIT`.
@@ -67,8 +71,11 @@ import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
@@ -530,6 +537,76 @@ const makeBackend = (
         )
     }
 
+    /** An append waiting for the next group commit: its rows, and where its outcome goes. */
+    interface Waiting {
+      readonly params: ReadonlyArray<Param>
+      readonly rows: number
+      readonly done: Deferred.Deferred<void, SqlError>
+    }
+    let waiting: Array<Waiting> = []
+    /** Rows per group statement at most (14 parameters a row; SQLite allows 32,766 per statement). */
+    const maxGroupRows = 1_000
+
+    /** Writes waiting appends in one statement, or each alone when that statement is refused. */
+    const writeGroup = (group: ReadonlyArray<Waiting>): Effect.Effect<void> => {
+      const alone = (entry: Waiting) =>
+        Effect.flatMap(Effect.exit(Effect.asVoid(query(appendViewFor(entry.rows), entry.params))), (exit) => Deferred.done(entry.done, exit))
+      if (group.length === 1) return alone(group[0]!)
+      const params: Array<Param> = []
+      let rows = 0
+      for (const entry of group) {
+        for (const param of entry.params) params.push(param)
+        rows += entry.rows
+      }
+      return Effect.flatMap(Effect.exit(Effect.asVoid(query(appendViewFor(rows), params))), (exit) =>
+        Exit.isSuccess(exit)
+          ? Effect.forEach(group, (entry) => Deferred.done(entry.done, exit), { discard: true })
+          // One append's refusal (a gap, a lost lease, a duplicate) or a storage failure undoes
+          // the whole statement: each append is written again alone, and gets its own outcome.
+          : Effect.forEach(group, alone, { discard: true }))
+    }
+
+    /** Takes every waiting append, in groups of at most `maxGroupRows` rows, and writes them. */
+    const flush: Effect.Effect<void> = Effect.suspend(() => {
+      const taken = waiting
+      waiting = []
+      const groups: Array<Array<Waiting>> = []
+      let current: Array<Waiting> = []
+      let rows = 0
+      for (const entry of taken) {
+        if (current.length > 0 && rows + entry.rows > maxGroupRows) {
+          groups.push(current)
+          current = []
+          rows = 0
+        }
+        current.push(entry)
+        rows += entry.rows
+      }
+      if (current.length > 0) groups.push(current)
+      return Effect.forEach(groups, writeGroup, { discard: true })
+    })
+
+    /**
+     * A SQLite append (one statement into the append view). With one run claimed on this store it
+     * is written at once. With several, appends are committed in groups (group commit): the
+     * first append of a group lets the other runs' fibers run once, so that those reaching an
+     * append join it, then writes them all in one statement — one commit, one `fsync`, for many
+     * runs' steps. Each append still returns only once its rows are committed (or it was
+     * refused: then it is written alone, so that one run's conflict never fails another's
+     * append). The writer finishes the group even if its own fiber is interrupted meanwhile; an
+     * append whose fiber is interrupted while it waits may still be committed, as a write that
+     * had not returned may be after a crash.
+     */
+    const writeAppend = (params: ReadonlyArray<Param>, rows: number): Effect.Effect<void, SqlError> => {
+      if (held.size <= 1 || rows > maxGroupRows) return Effect.asVoid(query(appendViewFor(rows), params))
+      return Effect.suspend(() => {
+        const done = Deferred.unsafeMake<void, SqlError>(FiberId.none)
+        waiting.push({ params, rows, done })
+        if (waiting.length > 1) return Deferred.await(done)
+        return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), Deferred.await(done))
+      })
+    }
+
     /**
      * SQLite: one `INSERT` into the append view, one row per record with its summary delta and
      * the writer's lease owner; the view's trigger checks and writes (migration 3). A single
@@ -570,7 +647,7 @@ const makeBackend = (
           delta.finished === undefined ? null : delta.finished.finishedAt
         )
       }
-      if (options.faultPoint === undefined) return query(appendViewFor(records.length), params)
+      if (options.faultPoint === undefined) return writeAppend(params, records.length)
       const width = params.length / records.length
       return inAppendTransaction((conn) => {
         let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void

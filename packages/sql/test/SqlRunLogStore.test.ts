@@ -388,6 +388,50 @@ describe("SqlRunLogStore: claims", () => {
       })
     ))
 
+  it.scoped("appends of several runs committed together (group commit): one run's refused append fails only that run's", () =>
+    Effect.gen(function*() {
+      const dir = yield* F.tempDir()
+      const file = path.join(dir, "runs.db")
+      const store = yield* openStore(file)
+      const sql = yield* openClient(file)
+      const runs = [F.rid("group-a"), F.rid("group-b"), F.rid("group-c"), F.rid("group-d")]
+      for (const runId of runs) {
+        yield* store.claim(runId)
+        yield* store.start(F.started(runId))
+      }
+      // Group commit is on with more than one claimed run. B's lease is taken over; D's next
+      // record has a gap.
+      yield* sql`UPDATE polyloop_claims SET owner = 'other-host:1:1:x' WHERE run_id = ${runs[1]!}`
+      const [a, b, c, d] = runs as [RunId, RunId, RunId, RunId]
+      const outcomes = yield* Effect.all(
+        [
+          Effect.either(store.completeStep(a, F.resulted(1, 0), F.completed(2, 0, true))),
+          Effect.either(store.completeStep(b, F.resulted(1, 0), F.completed(2, 0, true))),
+          Effect.either(store.appendReply(c, F.replied(1, 0, 7))),
+          Effect.either(store.appendReply(d, F.replied(5, 0)))
+        ],
+        { concurrency: "unbounded" }
+      )
+      assert.isTrue(Either.isRight(outcomes[0]))
+      assert.isTrue(Either.isRight(outcomes[2]))
+      sameError(
+        Either.getLeft(outcomes[1]).pipe(Option.getOrThrow),
+        new ConcurrentWriter({ runId: b, expectedSeq: 1, actualSeq: 1, leaseHolder: "other-host:1:1:x" })
+      )
+      sameError(Either.getLeft(outcomes[3]).pipe(Option.getOrThrow), new ConcurrentWriter({ runId: d, expectedSeq: 1, actualSeq: 5 }))
+      assert.strictEqual(RunLog.size(yield* store.readLog(a)), 3)
+      assert.strictEqual(RunLog.size(yield* store.readLog(b)), 1)
+      assert.strictEqual(RunLog.size(yield* store.readLog(c)), 2)
+      assert.strictEqual(RunLog.size(yield* store.readLog(d)), 1)
+      const summaries = yield* store.listRuns()
+      for (const runId of runs) {
+        assert.deepStrictEqual(
+          summaries.find((s) => s.runId === runId),
+          Option.getOrThrow(RunLogStore.summarize(yield* store.readLog(runId)))
+        )
+      }
+    }))
+
   it.scoped("a holder whose lease was taken over, or is gone, is fenced off at its next append; nothing is written", () =>
     Effect.gen(function*() {
       const dir = yield* F.tempDir()
