@@ -9,11 +9,17 @@
  * the history of the same run without kills, apart from `RunResumed` records and the
  * `interrupted` observations the kills caused.
  *
- * A second test kills the child between the two writes of a step (inside the store's
+ * A second test runs six runs at once in each child, on one store, so that their appends are
+ * committed in groups (group commit), and kills it at least 30 times: every run finishes, each
+ * log prefix-consistent and summarised right, no `"Never"` call ran twice, nothing ran before its
+ * reply was durable.
+ *
+ * A third test kills the child between the two writes of a step (inside the store's
  * transaction, through its fault point) and shows that neither record is visible.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import type { RunId } from "@polyloop/core/Ids"
 import type * as Message from "@polyloop/core/Message"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
@@ -30,6 +36,10 @@ import * as Scenario from "./support/crash-scenario.js"
 
 const STEPS = 100
 const MIN_KILLS = 50
+/** The group-commit test: runs at once in one process, steps of each, kills at least. */
+const GROUP_RUNS = 6
+const GROUP_STEPS = 30
+const GROUP_MIN_KILLS = 30
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-crash-"))),
@@ -50,26 +60,29 @@ const filesIn = (dir: string, name: string): Files => ({
 
 const argsOf = (files: Files, extra: ReadonlyArray<string> = []) => [files.db, files.side, files.history, String(STEPS), ...extra]
 
-/** What the parent reads back: the log, the raw sequence numbers, the summary. */
-const readBack = (db: string) =>
+/** What the parent reads back: the run's log, its raw sequence numbers, the summaries. */
+const readBack = (db: string, runId: RunId = Scenario.runId) =>
   Effect.scoped(
     Effect.gen(function*() {
       const client = SqlRunLogStore.layerSqliteClient({ filename: db })
       const context = yield* Layer.build(Layer.provideMerge(SqlRunLogStore.layer({ path: db }), client))
       const store = Context.get(context, RunLogStore.RunLogStore)
       const sql = Context.get(context, SqlClient.SqlClient)
-      const log = yield* store.readLog(Scenario.runId)
-      const rows = yield* sql<{ run_id: string; seq: number }>`SELECT run_id, seq FROM polyloop_records ORDER BY run_id, seq`
+      const log = yield* store.readLog(runId, { verify: true })
+      const rows = yield* sql<{ run_id: string; seq: number }>`SELECT run_id, seq FROM polyloop_records WHERE run_id = ${runId} ORDER BY seq`
+      const all = yield* sql<{ n: number }>`SELECT count(*) AS n FROM polyloop_records`
       const runs = yield* store.listRuns()
-      return { log, rows, runs }
+      return { log, rows, runs, totalRows: Number(all[0]?.n ?? 0) }
     })
   )
 
 /** Runs the child to the end (retrying while a dead child's lease has not expired yet). */
-const runToEnd = (files: Files, extra: ReadonlyArray<string> = []) =>
+const runToEnd = (files: Files, extra: ReadonlyArray<string> = []) => runArgsToEnd(argsOf(files, extra))
+
+const runArgsToEnd = (args: ReadonlyArray<string>) =>
   Effect.promise(async () => {
     for (let attempt = 0; attempt < 20; attempt++) {
-      const child = startAgent(argsOf(files, extra))
+      const child = startAgent(args)
       const ready = await child.ready
       const exit = await child.exited
       const finished = child.lines.find((line) => line.startsWith("finished "))
@@ -88,10 +101,14 @@ const runToEnd = (files: Files, extra: ReadonlyArray<string> = []) =>
  * and) its completion, the pair adjacent; resumes only between steps or after a logged reply,
  * each naming the steps completed so far; RunFinished last; sequence numbers 0, 1, 2, …
  */
-const assertPrefixConsistent = (log: RunLog.RunLog, rows: ReadonlyArray<{ run_id: string; seq: number }>) => {
+const assertPrefixConsistent = (
+  log: RunLog.RunLog,
+  rows: ReadonlyArray<{ run_id: string; seq: number }>,
+  runId: RunId = Scenario.runId
+) => {
   const records = RunLog.records(log)
   assert.deepStrictEqual(rows.map((r) => r.seq), records.map((_, i) => i), "no gaps, no duplicates")
-  assert.isTrue(rows.every((r) => r.run_id === Scenario.runId))
+  assert.isTrue(rows.every((r) => r.run_id === runId))
   assert.strictEqual(records[0]?._tag, "RunStarted")
   let step = 0
   let replied = false
@@ -303,6 +320,103 @@ describe.sequential("crash recovery by SIGKILL", () => {
           `crash-recovery: ${got.log.resumes.length} resumes, ${interruptedSteps.length} interrupted Never calls (steps ${interruptedSteps.join(", ")}), ${replayedAlways} replays of Always calls`
         )
         assert.isAbove(got.log.resumes.length, 0)
+      })
+    ), 600_000)
+
+  it.live(`${GROUP_RUNS} runs in one process, their appends group-committed, killed at random moments (≥ ${GROUP_MIN_KILLS} kills): each finishes with a consistent log, no "Never" call twice`, () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
+        console.log(`crash-recovery (group commit): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
+        const random = prng(seed)
+        const files = filesIn(dir, "group")
+        const args = [files.db, files.side, files.history, String(GROUP_STEPS), `runs=${GROUP_RUNS}`]
+        const runIds = Array.from({ length: GROUP_RUNS }, (_, i) => Scenario.runOf(i))
+
+        // How long a step takes with all runs at once, from a run without kills on another file.
+        const reference = filesIn(dir, "group-reference")
+        const plain = yield* runArgsToEnd([reference.db, reference.side, reference.history, String(GROUP_STEPS), `runs=${GROUP_RUNS}`])
+        const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / GROUP_STEPS)
+
+        let kills = 0
+        let lives = 0
+        let finishedEarly = false
+        yield* Effect.promise(async () => {
+          while (kills < GROUP_MIN_KILLS) {
+            lives++
+            const child = startAgent(args)
+            const early = random() < 0.2
+            const from = early ? await child.ready : await child.running
+            const delay = random() * stepMillis * (early ? 3 : 1.6)
+            const killed = from !== null &&
+              (await Promise.race([
+                new Promise<boolean>((resolve) => setTimeout(() => resolve(child.child.kill("SIGKILL")), delay)),
+                child.exited.then(() => false)
+              ]))
+            const exit = await child.exited
+            if (killed && exit.signal === "SIGKILL") {
+              kills++
+              continue
+            }
+            if (child.lines.some((line) => line.startsWith("finished "))) {
+              finishedEarly = true
+              break
+            }
+            if (child.lines.includes("error RunBusy")) {
+              await new Promise((resolve) => setTimeout(resolve, 200))
+              continue
+            }
+            throw new Error(`life ${lives} failed (code ${exit.code}, signal ${exit.signal}): ${child.lines.join("\n")}\n${child.stderr()}`)
+          }
+        })
+        if (!finishedEarly) yield* runArgsToEnd(args)
+        assert.isAtLeast(kills, GROUP_MIN_KILLS, "the runs finished before enough kills")
+
+        const executions = Scenario.readExecutions(files.side)
+        const executor = yield* Effect.orDie(Scenario.tools(files.side, 0).executor())
+        let resumes = 0
+        let interrupted = 0
+        let total = 0
+        for (const runId of runIds) {
+          const got = yield* readBack(files.db, runId)
+          assertPrefixConsistent(got.log, got.rows, runId)
+          total = got.totalRows
+          resumes += got.log.resumes.length
+          assert.strictEqual(got.log.steps.length, GROUP_STEPS, `${runId}: every step`)
+          for (let k = 0; k < GROUP_STEPS; k++) {
+            assert.deepStrictEqual(got.log.replies[k]!.reply.toolCalls.map((c) => c.name), Scenario.replyOf(k, GROUP_STEPS).toolCalls.map((c) => c.name))
+          }
+          const mine = executions.filter((e) => e.runId === runId)
+          for (const result of got.log.results) {
+            const action = result.action
+            if (action._tag !== "ToolCall") continue
+            const n = mine.filter((e) => e.tool === action.name && e.step === result.step).length
+            if (isInterrupted(result)) {
+              interrupted++
+              assert.strictEqual(executor.replayPolicy(result.action), "Never", `${runId} step ${result.step}`)
+              assert.isAtMost(n, 1, `${runId}: the Never call of step ${result.step} ran ${n} times`)
+            } else if (result.outcome.status === "Executed") {
+              if (executor.replayPolicy(result.action) === "Never") assert.strictEqual(n, 1, `${runId}: step ${result.step} ran ${n} times`)
+              else assert.isAtLeast(n, 1, `${runId}: step ${result.step} was executed`)
+            }
+          }
+          for (const e of mine) {
+            const reply = got.log.replies.find((r) => r.step === e.step)
+            assert.isDefined(reply, `${runId}: ${e.tool} ran at step ${e.step} without a logged reply`)
+          }
+          assert.deepStrictEqual(
+            got.runs.find((r) => r.runId === runId),
+            RunLogStore.summarize(got.log).pipe((o) => (o._tag === "Some" ? o.value : undefined))
+          )
+        }
+        // Nothing but these runs' records in the file.
+        const perRun = yield* Effect.forEach(runIds, (runId) => Effect.map(readBack(files.db, runId), (r) => r.rows.length))
+        assert.strictEqual(total, perRun.reduce((a, b) => a + b, 0))
+        console.log(
+          `crash-recovery (group commit): ${kills} kills over ${lives} lives of ${GROUP_RUNS} runs (step ≈ ${stepMillis.toFixed(1)} ms), ${resumes} resumes, ${interrupted} interrupted Never calls`
+        )
+        assert.isAbove(resumes, 0)
       })
     ), 600_000)
 

@@ -2,7 +2,7 @@
  * Child process of the crash-recovery test: runs (or resumes) the scripted agent of
  * `crash-scenario.ts` on a SQLite file, with `Agent.run`, until the run finishes.
  *
- *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes]
+ *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k>]
  *
  * Prints `ready` once the store is open, `running` once the run is started or resumed (its
  * `RunStarted`/`RunResumed` record is durable), `finished <RunResult JSON>` at the end, or
@@ -10,11 +10,15 @@
  * request the model saw (the whole history) is written to <history-file> at each model call
  * (atomically: a temporary file renamed over it). With `kill-between-writes`, the process
  * SIGKILLs itself inside the store's transaction of the first step that has an action result:
- * after its `ActionResulted` row is inserted and before its `StepCompleted` row is.
+ * after its `ActionResulted` row is inserted and before its `StepCompleted` row is. With
+ * `runs=<k>`, k runs of the scenario (`Scenario.runOf(i)`) run at once on the one store, so
+ * their appends are group-committed; `running` is printed as each starts or resumes, and no
+ * history file is written.
  */
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
 import * as EventSink from "@polyloop/core/EventSink"
+import type * as Ids from "@polyloop/core/Ids"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
@@ -25,7 +29,7 @@ import * as Scenario from "./crash-scenario.js"
 
 const [db, sideFile, historyFile, stepsText, mode] = process.argv.slice(2)
 if (db === undefined || sideFile === undefined || historyFile === undefined || stepsText === undefined) {
-  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes]\n")
+  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k>]\n")
   process.exit(2)
 }
 const steps = Number(stepsText)
@@ -45,29 +49,48 @@ const saveHistory = (messages: unknown) =>
     fs.renameSync(tmp, historyFile)
   })
 
-const program = Effect.gen(function*() {
-  const model = yield* ScriptedModel.make(Scenario.script(steps), {
-    latency: "2 millis",
-    onCall: (_call, request) => saveHistory(request.messages)
-  })
-  const tools = Scenario.tools(sideFile, "4 millis")
-  const executor = yield* Effect.orDie(tools.executor())
-  yield* Effect.sync(() => process.stdout.write("ready\n"))
-  const result = yield* Agent.run({ runId: Scenario.runId, agent: Scenario.agent(steps), task: Scenario.task, tools }).pipe(
-    Effect.provide(
-      Layer.mergeAll(
-        model.layer,
-        ActionExecutor.layer(executor),
-        NativeToolCallParser.layer({ onText: "NoAction" }),
-        EventSink.layer((event) =>
-          Effect.sync(() => {
-            if (event._tag === "RunStarted" || event._tag === "RunResumed") process.stdout.write("running\n")
-          })
+/** `runs=<k>`: k runs at once in this process (`<runId>-0` … `<runId>-<k-1>`), on one store. */
+const runsMatch = /^runs=(\d+)$/.exec(mode ?? "")
+const runCount = runsMatch === null ? 1 : Number(runsMatch[1])
+
+const runOne = (runId: Ids.RunId, onCall: ScriptedModel.Options["onCall"]) =>
+  Effect.gen(function*() {
+    const model = yield* ScriptedModel.make(Scenario.script(steps), {
+      latency: "2 millis",
+      ...(onCall === undefined ? {} : { onCall })
+    })
+    const tools = Scenario.tools(sideFile, "4 millis")
+    const executor = yield* Effect.orDie(tools.executor())
+    return yield* Agent.run({ runId, agent: Scenario.agent(steps), task: Scenario.task, tools }).pipe(
+      Effect.provide(
+        Layer.mergeAll(
+          model.layer,
+          ActionExecutor.layer(executor),
+          NativeToolCallParser.layer({ onText: "NoAction" }),
+          EventSink.layer((event) =>
+            Effect.sync(() => {
+              if (event._tag === "RunStarted" || event._tag === "RunResumed") process.stdout.write("running\n")
+            })
+          )
         )
       )
     )
+  })
+
+const program = Effect.gen(function*() {
+  yield* Effect.sync(() => process.stdout.write("ready\n"))
+  if (runCount === 1) {
+    const result = yield* runOne(Scenario.runId, (_call, request) => saveHistory(request.messages))
+    yield* Effect.sync(() => process.stdout.write(`finished ${JSON.stringify(result)}\n`))
+    return
+  }
+  // Several runs claimed on one store: their appends are committed in groups.
+  const results = yield* Effect.forEach(
+    Array.from({ length: runCount }, (_, i) => Scenario.runOf(i)),
+    (runId) => runOne(runId, undefined),
+    { concurrency: "unbounded" }
   )
-  yield* Effect.sync(() => process.stdout.write(`finished ${JSON.stringify(result)}\n`))
+  yield* Effect.sync(() => process.stdout.write(`finished ${JSON.stringify(results)}\n`))
 }).pipe(
   Effect.tapError((error) => Effect.sync(() => process.stdout.write(`error ${error._tag}\n`))),
   // A short lease: a killed child's claim must expire before the next child starts (about a

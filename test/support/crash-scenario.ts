@@ -23,11 +23,15 @@ import * as fs from "node:fs"
 /** The run every child works on. */
 export const runId = Ids.runId("crash-recovery")
 
+/** The `i`-th run when several run at once (`crash-agent.ts runs=<k>`). */
+export const runOf = (i: number): Ids.RunId => Ids.runId(`${runId}-${i}`)
+
 /** The task. */
 export const task = "Write the keys, echo the texts, then submit."
 
 /** One line of the side file: a handler execution. */
 export interface Execution {
+  readonly runId: string
   readonly tool: string
   readonly step: number
   readonly callId: string
@@ -72,7 +76,7 @@ export const tools = (sideFile: string, work: Duration.DurationInput) => {
   const record = (tool: string, replay: "Never" | "Always") =>
     Effect.gen(function*() {
       const ctx = yield* ToolContext.ToolContext
-      const line: Execution = { tool, step: ctx.step, callId: ctx.callId, replay, pid: process.pid }
+      const line: Execution = { runId: ctx.runId, tool, step: ctx.step, callId: ctx.callId, replay, pid: process.pid }
       yield* Effect.sync(() => fs.appendFileSync(sideFile, JSON.stringify(line) + "\n"))
       yield* Effect.sleep(work)
     })

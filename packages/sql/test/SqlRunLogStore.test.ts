@@ -432,6 +432,38 @@ describe("SqlRunLogStore: claims", () => {
       }
     }))
 
+  it.scoped("a group-committed append returns only once its rows are committed: another connection sees them then", () =>
+    Effect.gen(function*() {
+      const dir = yield* F.tempDir()
+      const file = path.join(dir, "runs.db")
+      const store = yield* openStore(file)
+      const other = yield* openClient(file)
+      const runs = Array.from({ length: 8 }, (_, i) => F.rid(`committed-${i}`))
+      for (const runId of runs) {
+        yield* store.claim(runId)
+        yield* store.start(F.started(runId))
+      }
+      const visible = (runId: RunId, seq: number) =>
+        Effect.map(
+          other<{ n: number }>`SELECT count(*) AS n FROM polyloop_records WHERE run_id = ${runId} AND seq = ${seq}`,
+          (rows) => Number(rows[0]?.n ?? 0)
+        )
+      // Each step: the replies of all runs at once, then their results and completions at once.
+      const appends: ReadonlyArray<readonly [string, (runId: RunId, step: number) => Effect.Effect<void, unknown>, (step: number) => number]> = [
+        ["reply", (runId, step) => store.appendReply(runId, F.replied(1 + 3 * step, step)), (step) => 1 + 3 * step],
+        ["completion", (runId, step) => store.completeStep(runId, F.resulted(2 + 3 * step, step), F.completed(3 + 3 * step, step, true)), (step) => 3 + 3 * step]
+      ]
+      for (let step = 0; step < 5; step++) {
+        for (const [name, write, lastSeq] of appends) {
+          const seen = yield* Effect.forEach(runs, (runId) => Effect.zipRight(write(runId, step), visible(runId, lastSeq(step))), {
+            concurrency: "unbounded"
+          })
+          assert.deepStrictEqual(seen, runs.map(() => 1), `step ${step}, ${name}: every append was visible to another connection when it returned`)
+        }
+      }
+      for (const runId of runs) assert.strictEqual(RunLog.size(yield* store.readLog(runId)), 16)
+    }))
+
   it.scoped("a holder whose lease was taken over, or is gone, is fenced off at its next append; nothing is written", () =>
     Effect.gen(function*() {
       const dir = yield* F.tempDir()
