@@ -365,12 +365,14 @@ const agentOf = (record: RunLog.RunRecord): string =>
 const appendViewColumns =
   "run_id, seq, kind, step, payload, owner, agent, started_at, steps, effective_steps, tokens, elapsed, stop_reason, finished_at"
 
-/** The one statement of a SQLite append of `rows` records (texts cached by row count: prepared once each by the driver). */
-const appendViewSql: Array<string> = []
-const appendViewFor = (rows: number): string =>
-  appendViewSql[rows] ??= `INSERT INTO polyloop_append (${appendViewColumns}) VALUES ${
-    Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")
-  }`
+const appendViewText = (rows: number): string =>
+  `INSERT INTO polyloop_append (${appendViewColumns}) VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}`
+
+/** Texts of the statements of small appends and groups, made once (larger groups' texts are made when needed). */
+const appendViewSql: ReadonlyArray<string> = Array.from({ length: 33 }, (_, rows) => appendViewText(rows))
+
+/** The one statement of a SQLite append (or group of appends) of `rows` records; the driver prepares each text once. */
+const appendViewFor = (rows: number): string => appendViewSql[rows] ?? appendViewText(rows)
 
 let claimCounter = 0
 
@@ -407,12 +409,12 @@ export const backend = (options: Options = {}): Effect.Effect<RunLogStore.Backen
  * `backend` does. Any other user of the client would wait for the connection forever, so the
  * client must be private to the store.
  */
-const backendOwningClient = (options: Options): Effect.Effect<RunLogStore.Backend, never, SqlClient.SqlClient | Scope.Scope> =>
+const backendOwningClient = (options: Options): Effect.Effect<RunLogStore.Backend, StoreError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => {
     const single = sql.onDialectOrElse({ sqlite: () => options.faultPoint === undefined, orElse: () => false })
     if (!single) return makeBackend(sql, options, reservePerOperation(sql))
     return Effect.flatMap(
-      Effect.orDie(sql.reserve),
+      Effect.mapError(sql.reserve, (error) => storeError(error, { operation: "opening the store", path: options.path })),
       (conn) => makeBackend(sql, options, (use) => use(conn))
     )
   })
