@@ -36,9 +36,13 @@
  *   its rows are committed, and a refused one is written again alone, so one run's conflict
  *   never fails another's. With a fault hook the rows go in one by one inside `BEGIN IMMEDIATE
  *   … COMMIT`, so the hook can run between them.
- * - On PostgreSQL an append is `BEGIN`, one `INSERT` per record, the summary `UPDATE … WHERE
- *   next_seq = ? RETURNING` (no row: a gap), for a claim holder the lease row `SELECT … FOR
- *   SHARE` (locked until commit, so a takeover waits), and `COMMIT`.
+ * - On PostgreSQL an append is one statement too (one round trip): `WITH upd AS (UPDATE
+ *   polyloop_runs … WHERE next_seq = $n [AND EXISTS (the lease row, locked FOR SHARE)]
+ *   RETURNING …), ins AS (INSERT INTO polyloop_records … WHERE EXISTS (SELECT 1 FROM upd))` —
+ *   no row updated means a gap or a lost lease, and nothing is inserted; a takeover waits for
+ *   the lease row's lock. The `RunStarted` append (which creates the summary row) and appends
+ *   with a fault hook run as `BEGIN`, one `INSERT` per record, the summary `UPDATE … RETURNING`,
+ *   the lease `SELECT … FOR SHARE`, `COMMIT`.
  *
  * Every statement is compiled once per dialect and run with `Connection.execute` (prepared once
  * by the driver): a durable step is two commits, and `sql` templates cost more CPU per statement
@@ -664,6 +668,44 @@ const makeBackend = (
     }
 
     /**
+     * PostgreSQL's append of `rows` records after `RunStarted`, as one statement: the summary's
+     * compare-and-set `UPDATE` (for a claim holder, only while the lease row still names it,
+     * locked `FOR SHARE` until the statement commits, so a takeover waits) and, only if it
+     * updated the row, the records' `INSERT`. It returns `updated` = 0 for a gap or a lost lease
+     * (`fencedConflict` tells which); a duplicate is the primary key's unique violation. A
+     * statement is its own transaction: all of it is written, or none.
+     */
+    const pgAppendSql = new Map<string, string>()
+    const pgAppendFor = (rows: number, finishing: boolean, fenced: boolean): string => {
+      const key = `${rows}:${finishing}:${fenced}`
+      const cached = pgAppendSql.get(key)
+      if (cached !== undefined) return cached
+      // $1 next_seq, $2..$5 deltas, [$6..$8 finishing], then run_id, expected seq, [owner], records.
+      let n = 5
+      const finish = finishing ? `, status = $${++n}, stop_reason = $${++n}, finished_at = $${++n}` : ""
+      const run = ++n
+      const expected = ++n
+      const lease = fenced
+        ? ` AND EXISTS (SELECT 1 FROM polyloop_claims WHERE run_id = $${run} AND owner = $${++n} FOR SHARE)`
+        : ""
+      const values: Array<string> = []
+      for (let i = 0; i < rows; i++) values.push(`($${++n}::integer, $${++n}::text, $${++n}::integer, $${++n}::text)`)
+      const text = `WITH upd AS (
+  UPDATE polyloop_runs SET next_seq = $1, steps = steps + $2, effective_steps = effective_steps + $3, tokens = tokens + $4, elapsed = elapsed + $5${finish}
+  WHERE run_id = $${run} AND next_seq = $${expected}${lease}
+  RETURNING next_seq
+), ins AS (
+  INSERT INTO polyloop_records (run_id, seq, kind, step, payload)
+  SELECT $${run}, v.seq, v.kind, v.step, v.payload FROM (VALUES ${values.join(", ")}) AS v (seq, kind, step, payload)
+  WHERE EXISTS (SELECT 1 FROM upd)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM ins) AS inserted`
+      pgAppendSql.set(key, text)
+      return text
+    }
+
+    /**
      * PostgreSQL: one transaction — one `INSERT` per record, the run's row with `RunStarted`, the
      * summary `UPDATE`'s compare-and-set, and for a claim holder the lease row locked `FOR SHARE`
      * and checked.
@@ -688,6 +730,18 @@ const makeBackend = (
       const updateSql = finished === undefined ? updateRun.plain : updateRun.finishing
       const agent = first.record._tag === "RunStarted" ? agentOf(first.record) : undefined
       const startedAt = first.record._tag === "RunStarted" ? first.record.startedAt : 0
+
+      if (options.faultPoint === undefined && agent === undefined) {
+        // One statement, one round trip: its parameters are the summary UPDATE's, the lease
+        // owner when fenced, then each record's (seq, kind, step, payload).
+        const params: Array<Param> = update
+        if (fenced) params.push(owner)
+        for (const stored of records) params.push(stored.seq, stored.kind, stepOf(stored.record), stored.json)
+        return Effect.flatMap(
+          query(pgAppendFor(records.length, finished !== undefined, fenced), params),
+          (rows) => Number((rows[0] as { readonly updated?: unknown } | undefined)?.updated ?? 0) === 1 ? Effect.void : Effect.fail(new SeqConflict())
+        )
+      }
 
       // One chain of statements on the transaction's connection (built, not run, here).
       const writes = (conn: Connection): Effect.Effect<void, SqlError | SeqConflict | LeaseLost | StoreError> => {

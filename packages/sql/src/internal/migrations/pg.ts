@@ -8,9 +8,9 @@
  * - 2: one summary row per run, kept up to date in the same transaction as each append, so
  *   `listRuns` is one query; existing runs are backfilled from their records;
  * - 3: nothing on PostgreSQL. SQLite's version 3 adds an append view whose trigger makes an append
- *   one statement (saving CPU per statement on the embedded store); PostgreSQL appends keep their
- *   explicit transaction, whose `SELECT … FOR SHARE` of the lease row a trigger would not make
- *   cheaper. The version is recorded so that one number means one store version in both dialects.
+ *   one statement; PostgreSQL does the same without a schema change, with data-modifying `WITH`
+ *   clauses (`SqlRunLogStore`). The version is recorded so that one number means one store
+ *   version in both dialects.
  *
  * Records are stored as `text` (the exact JSON the record Schemas encode), not `jsonb`, so a log
  * reads back byte for byte. Epoch milliseconds are `bigint` (claims) or `double precision`
