@@ -97,6 +97,47 @@ const runArgsToEnd = (args: ReadonlyArray<string>) =>
   })
 
 /**
+ * Starts the child again and again, each life killed by SIGKILL at a random moment: most within
+ * about a step and a half after its run started or resumed (its record durable), some within
+ * three steps after the store was opened (in the resume itself: reading the log, claiming), so
+ * each life gets about one step further — until `minKills` kills, or a life finishes. Then the
+ * caller runs the child to the end. Returns the kill delays (ms; "r…": after the store opened).
+ */
+const killRepeatedly = (args: ReadonlyArray<string>, random: () => number, stepMillis: number, minKills: number) =>
+  Effect.promise(async () => {
+    const delays: Array<string> = []
+    let lives = 0
+    let finishedEarly = false
+    while (delays.length < minKills) {
+      lives++
+      const child = startAgent(args)
+      const early = random() < 0.2
+      const from = early ? await child.ready : await child.running
+      const delay = random() * stepMillis * (early ? 3 : 1.6)
+      const killed = from !== null &&
+        (await Promise.race([
+          new Promise<boolean>((resolve) => setTimeout(() => resolve(child.child.kill("SIGKILL")), delay)),
+          child.exited.then(() => false)
+        ]))
+      const exit = await child.exited
+      if (killed && exit.signal === "SIGKILL") {
+        delays.push(`${early ? "r" : ""}${delay.toFixed(1)}`)
+        continue
+      }
+      if (child.lines.some((line) => line.startsWith("finished "))) {
+        finishedEarly = true
+        break
+      }
+      if (child.lines.includes("error RunBusy")) {
+        await new Promise((resolve) => setTimeout(resolve, 200))
+        continue
+      }
+      throw new Error(`life ${lives} failed (code ${exit.code}, signal ${exit.signal}): ${child.lines.join("\n")}\n${child.stderr()}`)
+    }
+    return { delays, lives, finishedEarly }
+  })
+
+/**
  * The log is prefix-consistent: RunStarted first; per step exactly one reply, then (its result
  * and) its completion, the pair adjacent; resumes only between steps or after a logged reply,
  * each naming the steps completed so far; RunFinished last; sequence numbers 0, 1, 2, …
@@ -175,42 +216,9 @@ describe.sequential("crash recovery by SIGKILL", () => {
         const plain = yield* runToEnd(reference)
         const stepMillis = Math.max(1, ((plain.exitAt - (plain.ready ?? plain.exitAt)) / STEPS))
 
-        // The run with kills. Most kills land at a random moment within about a step and a half
-        // after the life's run started or resumed (its record durable), some within three steps
-        // after the store was opened (in the resume itself: reading the log, claiming); each life
-        // gets about one step further, so ≥ 50 kills land all along the run. Then it runs to the end.
+        // The run with kills, ≥ MIN_KILLS of them all along the run; then it runs to the end.
         const crashed = filesIn(dir, "crashed")
-        const delays: Array<string> = []
-        let lives = 0
-        let finishedEarly = false
-        yield* Effect.promise(async () => {
-          while (delays.length < MIN_KILLS) {
-            lives++
-            const child = startAgent(argsOf(crashed))
-            const early = random() < 0.2
-            const from = early ? await child.ready : await child.running
-            const delay = random() * stepMillis * (early ? 3 : 1.6)
-            const killed = from !== null &&
-              (await Promise.race([
-                new Promise<boolean>((resolve) => setTimeout(() => resolve(child.child.kill("SIGKILL")), delay)),
-                child.exited.then(() => false)
-              ]))
-            const exit = await child.exited
-            if (killed && exit.signal === "SIGKILL") {
-              delays.push(`${early ? "r" : ""}${delay.toFixed(1)}`)
-              continue
-            }
-            if (child.lines.some((line) => line.startsWith("finished "))) {
-              finishedEarly = true
-              break
-            }
-            if (child.lines.includes("error RunBusy")) {
-              await new Promise((resolve) => setTimeout(resolve, 200))
-              continue
-            }
-            throw new Error(`life ${lives} failed (code ${exit.code}, signal ${exit.signal}): ${child.lines.join("\n")}\n${child.stderr()}`)
-          }
-        })
+        const { delays, finishedEarly, lives } = yield* killRepeatedly(argsOf(crashed), random, stepMillis, MIN_KILLS)
         if (!finishedEarly) yield* runToEnd(crashed)
         console.log(
           `crash-recovery: ${delays.length} kills over ${lives} lives (step ≈ ${stepMillis.toFixed(1)} ms); kill delays in ms after the run (re)started, or after the store opened (r): ${delays.join(" ")}`
@@ -339,37 +347,8 @@ describe.sequential("crash recovery by SIGKILL", () => {
         const plain = yield* runArgsToEnd([reference.db, reference.side, reference.history, String(GROUP_STEPS), `runs=${GROUP_RUNS}`])
         const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / GROUP_STEPS)
 
-        let kills = 0
-        let lives = 0
-        let finishedEarly = false
-        yield* Effect.promise(async () => {
-          while (kills < GROUP_MIN_KILLS) {
-            lives++
-            const child = startAgent(args)
-            const early = random() < 0.2
-            const from = early ? await child.ready : await child.running
-            const delay = random() * stepMillis * (early ? 3 : 1.6)
-            const killed = from !== null &&
-              (await Promise.race([
-                new Promise<boolean>((resolve) => setTimeout(() => resolve(child.child.kill("SIGKILL")), delay)),
-                child.exited.then(() => false)
-              ]))
-            const exit = await child.exited
-            if (killed && exit.signal === "SIGKILL") {
-              kills++
-              continue
-            }
-            if (child.lines.some((line) => line.startsWith("finished "))) {
-              finishedEarly = true
-              break
-            }
-            if (child.lines.includes("error RunBusy")) {
-              await new Promise((resolve) => setTimeout(resolve, 200))
-              continue
-            }
-            throw new Error(`life ${lives} failed (code ${exit.code}, signal ${exit.signal}): ${child.lines.join("\n")}\n${child.stderr()}`)
-          }
-        })
+        const { delays, finishedEarly, lives } = yield* killRepeatedly(args, random, stepMillis, GROUP_MIN_KILLS)
+        const kills = delays.length
         if (!finishedEarly) yield* runArgsToEnd(args)
         assert.isAtLeast(kills, GROUP_MIN_KILLS, "the runs finished before enough kills")
 
