@@ -553,7 +553,11 @@ const makeBackend = (
     /** Rows per group statement at most (14 parameters a row; SQLite allows 32,766 per statement). */
     const maxGroupRows = 1_000
 
-    /** Writes waiting appends in one statement, or each alone when that statement is refused. */
+    /**
+     * Writes waiting appends in one statement, or each alone when that statement is refused. It
+     * runs inside the flusher's uninterruptible region, so each exit handed to a waiter is its
+     * statement's own (success, `SqlError` or defect, passed on unchanged), never an interruption.
+     */
     const writeGroup = (group: ReadonlyArray<Waiting>): Effect.Effect<void> => {
       const alone = (entry: Waiting) =>
         Effect.flatMap(Effect.exit(Effect.asVoid(query(appendViewFor(entry.rows), entry.params))), (exit) => Deferred.done(entry.done, exit))
