@@ -4,6 +4,7 @@
  *
  * @since 0.1.0
  */
+import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -205,9 +206,18 @@ const runHandler = (
   return timed.pipe(
     Effect.match(reportsOf(tool)),
     // A thrown exception or a defect in a handler is an ordinary failure of the action. Only
-    // defects are handled here: interruption is not a defect and passes through untouched.
-    Effect.catchAllDefect((defect) =>
-      Effect.succeed<ExecutionReport>({ outcome: ActionOutcome.executed(describeFailure(defect)), handlerFailed: true, tool: Option.some(tool) })
+    // defects are handled here, and only when the handler was not interrupted: a cause that
+    // carries an interruption (e.g. a finalizer that died while the handler was interrupted)
+    // passes through untouched, defect included. (`catchAllDefect` would recover from it.)
+    Effect.catchSomeCause((cause) =>
+      Cause.isInterrupted(cause)
+        ? Option.none()
+        : Option.map(Cause.dieOption(cause), (defect) =>
+          Effect.succeed<ExecutionReport>({
+            outcome: ActionOutcome.executed(describeFailure(defect)),
+            handlerFailed: true,
+            tool: Option.some(tool)
+          }))
     ),
     Tracing.withSpanIfTraced("ToolRegistry.execute", () => ({ "polyloop.tool": tool.name, "polyloop.call_id": validated.call.id }))
   )

@@ -14,6 +14,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as FiberId from "effect/FiberId"
 import * as fc from "effect/FastCheck"
 import * as JSONSchema from "effect/JSONSchema"
 import * as Layer from "effect/Layer"
@@ -366,6 +367,20 @@ describe("ToolRegistry: interruption passes through", () => {
         assert.strictEqual(yield* Ref.get(produced), 0)
       }))
   }
+
+  it.effect("a handler whose end carries both an interruption and a defect (a finalizer that dies while interrupted) is not turned into an outcome", () =>
+    Effect.gen(function*() {
+      const both = Tool.make({
+        name: "both",
+        description: "",
+        parameters: Schema.Struct({}),
+        handler: () => Effect.failCause(Cause.sequential(Cause.interrupt(FiberId.none), Cause.die(new Error("finalizer bug"))))
+      })
+      const executor = yield* ToolRegistry.make(both).executor()
+      const exit = yield* Effect.exit(executor.executeReport(call("both", {})))
+      assert.isTrue(Exit.isFailure(exit) && Cause.isInterrupted(exit.cause), "the interruption passes through")
+      assert.isTrue(Exit.isFailure(exit) && Option.isSome(Cause.dieOption(exit.cause)), "with its defect")
+    }))
 
   it.effect("a handler that interrupts itself is not turned into an outcome", () =>
     Effect.gen(function*() {
