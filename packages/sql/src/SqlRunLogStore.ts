@@ -94,6 +94,7 @@ import { driverCause, isAppendRefused, isUniqueViolation, storeError } from "./i
 import { serialized } from "./internal/migrationLock.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
+import { reserve } from "./internal/reserve.js"
 import { probe } from "./internal/sqliteFile.js"
 import { connectionTransaction } from "./internal/transaction.js"
 
@@ -388,11 +389,12 @@ let claimCounter = 0
 type Connect = <A, E>(use: (conn: Connection) => Effect.Effect<A, E>) => Effect.Effect<A, E | SqlError>
 
 /**
- * A connection reserved from the client for each operation (`SqlClient.reserve`): the client may
+ * A connection reserved from the client for each operation (`SqlClient.reserve`, its wait shielded
+ * from interruption where the driver would lose the connection: `internal/reserve.ts`): the client may
  * be shared (a `Worker`, the application), and the reservation keeps other fibers' statements
  * out of an open transaction.
  */
-const reservePerOperation = (sql: SqlClient.SqlClient): Connect => (use) => Effect.scoped(Effect.flatMap(sql.reserve, use))
+const reservePerOperation = (sql: SqlClient.SqlClient): Connect => (use) => Effect.scoped(Effect.flatMap(reserve(sql), use))
 
 /**
  * The SQL backend of `RunLogStore` over the `SqlClient` in context (any dialect whose schema
@@ -418,7 +420,7 @@ const backendOwningClient = (options: Options): Effect.Effect<RunLogStore.Backen
     const single = sql.onDialectOrElse({ sqlite: () => options.faultPoint === undefined, orElse: () => false })
     if (!single) return makeBackend(sql, options, reservePerOperation(sql))
     return Effect.flatMap(
-      Effect.mapError(sql.reserve, (error) => storeError(error, { operation: "opening the store", path: options.path })),
+      Effect.mapError(reserve(sql), (error) => storeError(error, { operation: "opening the store", path: options.path })),
       (conn) => makeBackend(sql, options, (use) => use(conn))
     )
   })
@@ -976,6 +978,11 @@ const describePg = (options: PgClientOptions): string => {
  * A PostgreSQL client for the store (`PgClient | SqlClient`); a server that cannot be reached
  * fails with `StoreError { reason: "Unavailable" }` naming it. Share it with `Worker` by
  * providing it to both: `SqlRunLogStore.layer(options).pipe(Layer.provideMerge(layerPgClient(…)))`.
+ *
+ * Sharing it with your own code: in `@effect/sql-pg` 0.53 a fiber interrupted while
+ * `sql.reserve` or `sql.withTransaction` waits for a pooled connection loses that connection for
+ * good. The store's own reservations are shielded (`internal/reserve.ts`); shield yours the same
+ * way (`Effect.uninterruptible(sql.reserve)` inside the scope that uses it).
  */
 export const layerPgClient = (options: PgClientOptions): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError> =>
   // Loaded on demand, so that SQLite users never load the PostgreSQL driver.

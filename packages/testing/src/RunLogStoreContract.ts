@@ -66,6 +66,12 @@ export interface Options<E = never> {
    * `FaultInjection.backend(backend, plan)`. Enables the atomicity-under-faults property.
    */
   readonly faultInjection?: (plan: FaultInjection.FaultPlan) => StoreUnderTest<E>
+  /**
+   * Milliseconds within which each operation must answer after other operations were
+   * interrupted (the leak property; default 10 000): longer means it waits for something an
+   * interrupted operation never gave back.
+   */
+  readonly answerWithin?: number
   /** Multiplies every property's number of generated cases (default 1). */
   readonly runsFactor?: number
   /** Per-test timeout in milliseconds for `suite` (default 30 000). */
@@ -82,6 +88,7 @@ export type PropertyId =
   | "isolation"
   | "sequence"
   | "atomicUnderInterruption"
+  | "interruptionLeaksNothing"
   | "atomicUnderFaults"
   | "claimExclusive"
   | "claimReleasedOnClose"
@@ -397,6 +404,79 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
           })
           yield* writeOk(s, run.runId, target)
           yield* expectLog(s, run.runId, after, `after retrying the interrupted ${describeWrite(target)}`)
+        })
+      )
+  })
+
+  const answerWithin = options.answerWithin ?? 10_000
+  props.interruptionLeaksNothing = Property.make({
+    id: "interruptionLeaksNothing",
+    name: "operations interrupted at any moment leak nothing: afterwards every operation still answers and the run is written to its end",
+    numRuns: runs(5),
+    // A failing case waits out `answerWithin`; shrinking would wait it out again per case tried.
+    endOnFailure: true,
+    arbitrary: FastCheck.record({
+      run: Arb.run({ maxSteps: 4 }),
+      other: Arb.runId,
+      interrupted: FastCheck.array(
+        FastCheck.record({
+          operation: FastCheck.constantFrom("write" as const, "readLog" as const, "listRuns" as const, "claim" as const),
+          yields: FastCheck.integer({ min: 0, max: 4 })
+        }),
+        { minLength: 16, maxLength: 32 }
+      )
+    }).filter(({ other, run }) => other !== run.runId),
+    check: ({ interrupted, other, run }) =>
+      Effect.scoped(
+        Effect.gen(function*() {
+          const s = yield* openFresh(store)
+          let count = 0
+          // An operation that must succeed, and answer in time: one waiting for a connection,
+          // lock or permit that an interrupted operation kept would wait forever — perhaps
+          // uninterruptibly (a claim's acquisition), so the wait is disconnected from the
+          // deadline, which then fails the case without waiting for it.
+          const within = <A>(what: string, effect: Effect.Effect<A, Property.ContractViolation>) =>
+            Effect.timeoutFail(effect, {
+              duration: answerWithin,
+              onTimeout: () =>
+                new Property.ContractViolation({
+                  message: `${what} within ${answerWithin} ms after ${count} interrupted operation(s): an interrupted operation kept what later ones wait for (a pooled connection, a lock, a permit)`
+                })
+            })
+          const answers = <A, E>(label: string, effect: Effect.Effect<A, E>) => within(`${label} did not answer`, ok(label, Effect.disconnect(effect)))
+          const claimAndRelease = (runId: RunId) => Effect.scoped(s.claim(runId))
+          // How many of the run's writes the log holds (an interrupted write is there whole or not at all).
+          const writtenIn = (log: RunLog.RunLog): Effect.Effect<number, Property.ContractViolation> => {
+            const size = RunLog.size(log)
+            for (let k = 0; k <= run.writes.length; k++) {
+              if (Arb.recordsUpTo(run, k).length === size) return Effect.succeed(k)
+            }
+            return Property.violation(`after an interrupted write readLog shows ${size} record(s), which is no whole number of writes: a write was split`)
+          }
+          let written = 0
+          for (const { operation, yields } of interrupted) {
+            const target = run.writes[written]
+            const effect: Effect.Effect<unknown, unknown> = operation === "write"
+              ? target === undefined ? s.readLog(run.runId) : perform(s, run.runId, target)
+              : operation === "readLog"
+              ? s.readLog(run.runId)
+              : operation === "listRuns"
+              ? s.listRuns()
+              : claimAndRelease(other)
+            const fiber = yield* Effect.fork(effect)
+            for (let i = 0; i < yields; i++) yield* Effect.yieldNow()
+            yield* Fiber.interruptFork(fiber)
+            yield* within(`an interrupted ${operation} did not stop`, Fiber.await(fiber))
+            count++
+            if (operation === "write" && target !== undefined) {
+              written = yield* Effect.flatMap(answers(`readLog(${show(run.runId)}) after an interrupted ${describeWrite(target)}`, s.readLog(run.runId)), writtenIn)
+            }
+          }
+          yield* answers("listRuns()", s.listRuns())
+          yield* answers(`claim(${show(other)}) (then released)`, claimAndRelease(other))
+          yield* answers(`claim(${show(run.runId)}) (then released)`, claimAndRelease(run.runId))
+          for (const write of run.writes.slice(written)) yield* answers(describeWrite(write), perform(s, run.runId, write))
+          yield* expectLog(s, run.runId, Arb.logUpTo(run, run.writes.length), `after ${count} interrupted operations and the remaining writes`)
         })
       )
   })

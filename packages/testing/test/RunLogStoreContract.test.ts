@@ -69,6 +69,28 @@ const acceptsAnySeq = (): Service => {
   }
 }
 
+/**
+ * A store whose operations share two permits, taken and given back around the operation but not
+ * as a resource: an operation interrupted while it holds one never gives it back (as a driver
+ * that loses a pooled connection when the fiber waiting for it is interrupted).
+ */
+const leaksPermits = (): Service => {
+  const inner = memory()
+  const permits = Effect.unsafeMakeSemaphore(2)
+  const guarded = <A, E>(effect: Effect.Effect<A, E>) =>
+    permits.take(1).pipe(Effect.zipRight(Effect.yieldNow()), Effect.zipRight(effect), Effect.zipLeft(permits.release(1)))
+  return {
+    ...inner,
+    readLog: (runId, options) => guarded(inner.readLog(runId, options)),
+    start: (record) => guarded(inner.start(record)),
+    appendReply: (runId, record) => guarded(inner.appendReply(runId, record)),
+    completeStep: (runId, result, step) => guarded(inner.completeStep(runId, result, step)),
+    appendResume: (runId, record) => guarded(inner.appendResume(runId, record)),
+    finish: (runId, record) => guarded(inner.finish(runId, record)),
+    listRuns: (query) => guarded(inner.listRuns(query))
+  }
+}
+
 const globalShared = RunLogStore.makeMemoryBackend()
 
 const claimWith = (acquire: (runId: string, held: Set<string>) => Effect.Effect<void, RunBusy>, release: (runId: string, held: Set<string>, exit: Exit.Exit<unknown, unknown>) => void) =>
@@ -169,6 +191,11 @@ describe("RunLogStoreContract", () => {
       name: "a store whose completeStep yields between its two writes",
       props: () => RunLogStoreContract.properties(layerOf(() => twoCallFront(RunLogStore.makeMemoryBackend(), Effect.yieldNow()))),
       breaks: { atomicUnderInterruption: /shows neither the log before it nor the log with both records/ }
+    },
+    {
+      name: "a store whose interrupted operations keep a permit",
+      props: () => RunLogStoreContract.properties(layerOf(leaksPermits), { answerWithin: 100 }),
+      breaks: { interruptionLeaksNothing: /did not answer within 100 ms after \d+ interrupted operation/ }
     },
     {
       name: "a backend that writes a batch record by record",

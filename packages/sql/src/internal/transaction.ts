@@ -19,6 +19,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import { driverCause } from "./errors.js"
+import { reserve } from "./reserve.js"
 
 const noActiveTransaction = (error: SqlError): boolean => {
   const cause = driverCause(error)
@@ -39,7 +40,7 @@ const rollback = (conn: Connection): Effect.Effect<void> =>
 export const transaction = (sql: SqlClient.SqlClient) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> => {
   const begin = sql.onDialectOrElse({ sqlite: () => "BEGIN IMMEDIATE", orElse: () => "BEGIN" })
   return Effect.scoped(
-    Effect.flatMap(sql.reserve, (conn) =>
+    Effect.flatMap(reserve(sql), (conn) =>
       Effect.acquireUseRelease(
         conn.executeUnprepared(begin, [], undefined),
         () =>

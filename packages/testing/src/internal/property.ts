@@ -39,6 +39,12 @@ export interface Property {
   readonly name: string
   /** How many cases fast-check generates. */
   readonly numRuns: number
+  /**
+   * Report the first failing case as it is, without shrinking it: for properties whose failing
+   * case costs a deadline (a liveness check), where shrinking would wait out that deadline again
+   * for every smaller case tried.
+   */
+  readonly endOnFailure?: boolean
   readonly cases: FastCheck.Arbitrary<Case>
 }
 
@@ -54,12 +60,14 @@ export const make = <A>(options: {
   readonly id: string
   readonly name: string
   readonly numRuns: number
+  readonly endOnFailure?: boolean
   readonly arbitrary: FastCheck.Arbitrary<A>
   readonly check: (input: A) => Effect.Effect<void, ContractViolation>
 }): Property => ({
   id: options.id,
   name: options.name,
   numRuns: options.numRuns,
+  ...(options.endOnFailure === true ? { endOnFailure: true } : {}),
   cases: options.arbitrary.map((input): Case => ({
     input,
     check: Effect.asVoid(Effect.suspend(() => options.check(input))),
@@ -103,6 +111,7 @@ export const run = (property: Property, options?: RunOptions): Effect.Effect<Rep
   Effect.promise(() =>
     FastCheck.check(FastCheck.asyncProperty(property.cases, runCase), {
       numRuns: options?.numRuns ?? property.numRuns,
+      ...(property.endOnFailure === true ? { endOnFailure: true } : {}),
       ...(options?.seed === undefined ? {} : { seed: options.seed })
     })
   ).pipe(

@@ -31,6 +31,7 @@ export const register = (
         timeout: options?.timeout ?? 30_000,
         fastCheck: {
           numRuns: options?.numRuns ?? property.numRuns,
+          ...(property.endOnFailure === true ? { endOnFailure: true } : {}),
           ...(options?.seed === undefined ? {} : { seed: options.seed })
         }
       })
