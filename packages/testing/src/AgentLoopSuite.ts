@@ -12,7 +12,6 @@
  *
  * @since 0.1.0
  */
-import { assert, describe, it } from "@effect/vitest"
 import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
@@ -44,6 +43,7 @@ import * as SyntheticObservations from "@polyloop/core/SyntheticObservations"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolContext from "@polyloop/core/ToolContext"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import { type Assert, vitest } from "./internal/vitest.js"
 import * as ScriptedModel from "./ScriptedModel.js"
 
 /** Options of the suite. */
@@ -427,6 +427,8 @@ const describeBoundary = (b: Boundary): string =>
  * the layer is built once per test: each test has a fresh, empty store.
  */
 export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogStore.RunLogStore, E>, options?: SuiteOptions): void => {
+  const { describe, it, ...vitestApi } = vitest(`AgentLoopSuite.suite("${name}")`)
+  const assert: Assert = vitestApi.assert
   const timeout = options?.timeout ?? 30_000
 
   const withHarness = <A, E2>(body: (h: Harness) => Effect.Effect<A, E2>): Effect.Effect<A, E | E2> =>

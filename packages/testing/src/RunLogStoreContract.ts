@@ -3,8 +3,9 @@
  * its own vitest file — `RunLogStoreContract.suite("my store", myLayer, options)`. Generated runs
  * read back as exactly the prefix written, records round-trip exactly, unknown runs read as the
  * empty log, out-of-sequence writes are rejected with `ConcurrentWriter`, `completeStep` is
- * atomic (under interruption, and under injected storage faults), claims are exclusive and
- * released, and instances never see each other's state. Capabilities a store may lack are
+ * atomic (under interruption, and under injected storage faults), interrupted operations leak
+ * nothing later ones wait for, claims are exclusive and released, and instances never see each
+ * other's state. Capabilities a store may lack are
  * options (`survivesRestart`, `claimsAcrossInstances`, `faultInjection`), never adapter names.
  *
  * @since 0.1.0

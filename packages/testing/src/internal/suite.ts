@@ -5,8 +5,9 @@
  *
  * @internal
  */
-import { describe, it, type Vitest } from "@effect/vitest"
+import type { Vitest } from "@effect/vitest"
 import type { Property } from "./property.js"
+import { vitest } from "./vitest.js"
 
 /** Options common to every suite's registration. */
 export interface RegisterOptions {
@@ -23,11 +24,13 @@ export const register = (
   title: string,
   properties: Readonly<Record<string, Property>>,
   options?: RegisterOptions,
-  api: Pick<Vitest.Methods, "live"> = it
+  api?: Pick<Vitest.Methods, "live">
 ): void => {
+  const { describe, it } = vitest(`the suite "${title}"`)
+  const methods = api ?? it
   describe(title, () => {
     for (const property of Object.values(properties)) {
-      api.live.prop(property.name, [property.cases], ([c]) => c.check, {
+      methods.live.prop(property.name, [property.cases], ([c]) => c.check, {
         timeout: options?.timeout ?? 30_000,
         fastCheck: {
           numRuns: options?.numRuns ?? property.numRuns,
