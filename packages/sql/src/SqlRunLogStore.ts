@@ -52,7 +52,8 @@
  * Driver failures become `StoreError`s with the path and a reason (`Unavailable` for a locked or
  * unreachable database, `ReadOnly`, `DiskFull`, `Corrupt`, …), including a failing `COMMIT` and
  * SQLite's own rollback on a full disk (which `SqlClient.withTransaction` would turn into a
- * defect). Schema migrations run in `Migrator`'s transaction, where such a failure is a defect.
+ * defect). Schema migrations run in `Migrator`'s transaction, which reports a storage failure as
+ * a defect; `migrate` turns exactly those defects back into `StoreError`s.
  *
  * @since 0.1.0
  */
@@ -90,7 +91,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as os from "node:os"
-import { driverCause, isAppendRefused, isUniqueViolation, storeError } from "./internal/errors.js"
+import { driverCause, isAppendRefused, isUniqueViolation, migrationStorageFailure, storeError } from "./internal/errors.js"
 import { serialized } from "./internal/migrationLock.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
 import * as SqliteMigrations from "./internal/migrations/sqlite.js"
@@ -237,6 +238,7 @@ export const migrate = (
     const context = { operation: "migrating the schema", path: options.path }
     const once = Effect.gen(function*() {
       const applied = yield* serialized(migrationsTable)(runMigrator({ loader: Migrator.fromRecord(migrations), table: migrationsTable })).pipe(
+        Effect.catchSomeCause((cause) => Option.map(migrationStorageFailure(cause), (error) => Effect.fail(storeError(error, context)))),
         Effect.catchTags({
           SqlError: (error) => Effect.fail(storeError(error, context)),
           MigrationError: (error) => Effect.fail(storeError(error, context, "SchemaVersion"))

@@ -50,7 +50,7 @@ import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
-import { storeError } from "./internal/errors.js"
+import { migrationStorageFailure, storeError } from "./internal/errors.js"
 import { serialized } from "./internal/migrationLock.js"
 import * as QueueMigrations from "./internal/queueMigrations.js"
 
@@ -150,16 +150,16 @@ export const migrate: Effect.Effect<void, StoreError, SqlClient.SqlClient> = Que
   // On PostgreSQL concurrent migrators wait for each other on an advisory lock instead of racing
   // to create the bookkeeping table.
   serialized(QueueMigrations.migrationsTable),
+  // `Migrator` dies when a migration's statement fails: a storage failure (a full disk, a
+  // read-only file) is a typed failure here, as everywhere else.
+  Effect.catchSomeCause((cause) => Option.map(migrationStorageFailure(cause), Effect.fail)),
   // A process of an older @polyloop/sql creating the bookkeeping table without the lock at the
   // same moment: the loser's statement fails; the next attempt finds the table.
   Effect.retry({ times: 3, schedule: Schedule.spaced(Duration.millis(100)) }),
-  Effect.mapError(
-    (error) =>
-      new StoreError({
-        reason: error._tag === "MigrationError" ? "SchemaVersion" : "Unavailable",
-        message: `worker queue: migration failed: ${error.message}`,
-        cause: error
-      })
+  Effect.mapError((error) =>
+    error._tag === "SqlError"
+      ? storeError(error, { operation: "worker queue: migrating the queue table" })
+      : new StoreError({ reason: "SchemaVersion", message: `worker queue: migration failed: ${error.message}`, cause: error })
   ),
   Effect.asVoid,
   Effect.withSpan("Worker.migrate")

@@ -3,9 +3,12 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { RunBusy, StoreError } from "@polyloop/core/Errors"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as Cause from "effect/Cause"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -177,6 +180,34 @@ describe.sequential("SqlRunLogStore: failures are typed StoreErrors and lose not
       const log = yield* store.readLog(runId)
       assert.strictEqual(RunLog.size(log), next + 2)
       assert.strictEqual(log.steps.length, nextStep + 1)
+    }))
+
+  it.scoped("a full disk while the schema is created: DiskFull with the path (not a defect: Migrator dies on a failing migration), nothing half-created; with room, the store opens", () =>
+    Effect.gen(function*() {
+      const dir = yield* F.tempDir()
+      // Every page limit at which creating the schema runs out of room, from the first page on.
+      let limit = 1
+      for (;; limit++) {
+        const file = path.join(dir, `schema-${limit}.db`)
+        const sql = yield* openClient(file)
+        const withSql = Effect.provideService(SqlClient.SqlClient, sql)
+        yield* sql.unsafe(`PRAGMA max_page_count = ${limit}`)
+        const exit = yield* Effect.exit(withSql(SqlRunLogStore.migrate({ path: file })))
+        if (Exit.isSuccess(exit)) break
+        const error = Cause.failureOption(exit.cause)
+        assert.isTrue(Option.isSome(error), `page limit ${limit}: a typed failure, not ${Cause.pretty(exit.cause)}`)
+        const e = assertStoreError(Option.getOrThrow(error), "DiskFull", file)
+        assert.include(e.message, "migrating the schema")
+        // Room again: every migration is applied now, so none was left half-applied.
+        yield* sql.unsafe("PRAGMA max_page_count = 1073741823")
+        const applied = yield* withSql(SqlRunLogStore.migrate({ path: file }))
+        assert.deepStrictEqual(applied.map(([id]) => id), [1, 2, 3], `page limit ${limit}`)
+        const store = yield* withSql(SqlRunLogStore.make({ path: file }))
+        const runId = F.rid("roomy")
+        yield* store.start(F.started(runId))
+        assert.strictEqual(RunLog.size(yield* store.readLog(runId)), 1)
+      }
+      assert.isAbove(limit, 4, "the schema needs several pages: the failures above covered creating it partway")
     }))
 
   it.scoped("a database locked by another writer: Unavailable after the busy timeout, with the path; nothing written; readers go on; it works once the lock is gone", () =>

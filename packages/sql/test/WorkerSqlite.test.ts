@@ -6,8 +6,12 @@ import { assert, describe, it } from "@effect/vitest"
 import { runId } from "@polyloop/core/Ids"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Worker from "@polyloop/sql/Worker"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -21,6 +25,29 @@ const sqliteClient = Layer.unwrapScoped(
 ).pipe(Layer.orDie)
 
 describe.sequential("Worker queue on SQLite", () => {
+  it.scopedLive("a full disk while the queue table is created: StoreError DiskFull (not a defect); with room, the queue works", () =>
+    Effect.gen(function*() {
+      const dir = yield* F.tempDir("polyloop-queue-full-")
+      let failures = 0
+      for (let limit = 1;; limit++) {
+        const context = yield* Layer.build(SqlRunLogStore.layerSqliteClient({ filename: path.join(dir, `queue-${limit}.db`) }))
+        const sql = Context.get(context, SqlClient.SqlClient)
+        yield* sql.unsafe(`PRAGMA max_page_count = ${limit}`)
+        const exit = yield* Effect.exit(Effect.provide(Worker.migrate, context))
+        if (Exit.isSuccess(exit)) break
+        const error = Cause.failureOption(exit.cause)
+        assert.isTrue(Option.isSome(error), `page limit ${limit}: a typed failure, not ${Cause.pretty(exit.cause)}`)
+        const e = Option.getOrThrow(error)
+        assert.strictEqual(e.reason, "DiskFull", e.message)
+        assert.include(e.message, "worker queue")
+        failures++
+        yield* sql.unsafe("PRAGMA max_page_count = 1073741823")
+        yield* Effect.provide(Worker.migrate, context)
+        assert.isTrue(yield* Effect.provide(Worker.enqueue(runId(`room-${limit}`), { limit }), context))
+      }
+      assert.isAbove(failures, 1, "creating the queue's tables ran out of room partway")
+    }))
+
   it.scopedLive("two workers take every entry exactly once; interruption gives entries back", () =>
     Effect.gen(function*() {
       yield* Worker.migrate

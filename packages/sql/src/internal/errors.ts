@@ -6,8 +6,11 @@
  *
  * @internal
  */
-import type { SqlError } from "@effect/sql/SqlError"
+import * as Migrator from "@effect/sql/Migrator"
+import { SqlError } from "@effect/sql/SqlError"
 import { StoreError, type StoreErrorReason } from "@polyloop/core/Errors"
+import * as Cause from "effect/Cause"
+import * as Option from "effect/Option"
 
 /** What a driver failure means for the store. */
 export type Classified =
@@ -128,4 +131,26 @@ export const storeError = (
     ...(context.runId === undefined ? {} : { runId: context.runId }),
     cause: error
   })
+}
+
+/**
+ * The storage failure inside a defect of `Migrator`'s, if that is what the defect is. `Migrator`
+ * turns a migration's failure into a defect (`orDieWith` → `MigrationError { reason: "failed" }`),
+ * and `withTransaction` a failing `ROLLBACK` or `COMMIT` (a bare `SqlError`); so a full disk, a
+ * read-only or failing file while the schema is being created would crash the program instead of
+ * failing with a `StoreError` it can handle. Only a cause that is exactly such defects is taken:
+ * one with an interruption (or a typed failure) in it passes through whole.
+ */
+export const migrationStorageFailure = (cause: Cause.Cause<unknown>): Option.Option<SqlError> => {
+  if (Cause.isInterrupted(cause) || Cause.isFailure(cause)) return Option.none()
+  const defects = Array.from(Cause.defects(cause))
+  const storage = defects.map((defect) =>
+    defect instanceof SqlError
+      ? defect
+      : defect instanceof Migrator.MigrationError && defect.reason === "failed" && defect.cause instanceof SqlError
+      ? defect.cause
+      : undefined
+  )
+  const first = storage[0]
+  return first !== undefined && storage.every((e) => e !== undefined) ? Option.some(first) : Option.none()
 }
