@@ -449,32 +449,36 @@ export const serve = <A, E, R>(options: ServeOptions<A, E, R>): Effect.Effect<ne
         Effect.withSpan("Worker.attempt", { attributes: { "polyloop.run_id": taken.job.runId, "polyloop.attempt": taken.job.attempt } })
       )
 
-    const takeRetrying = take.pipe(
-      Effect.tapError((error) => Effect.logWarning("worker queue: taking a run failed; retrying", error)),
-      Effect.retry(
-        Schedule.exponential(Duration.millis(100)).pipe(
-          Schedule.union(Schedule.spaced(Duration.seconds(5))),
-          Schedule.upTo(Duration.minutes(1))
-        )
-      )
+    // One iteration: take a run (the acquisition, uninterruptible: a taken entry is always
+    // settled), attempt it, settle it. Only `take` can fail; the retries of a failing `take` are
+    // around the whole iteration, so their sleeps stay interruptible and a worker whose database
+    // is down still stops at once when interrupted.
+    const iteration = Effect.acquireUseRelease(
+      take,
+      Option.match({
+        onNone: () =>
+          // Jittered so idle fibers of many workers do not poll in lockstep.
+          Effect.flatMap(Random.nextRange(0.5, 1.5), (f) => Effect.sleep(Duration.times(pollInterval, f))).pipe(
+            Effect.as(Option.none<Either.Either<A, E> | "Lost">())
+          ),
+        onSome: (taken) => Effect.map(attempt(taken), Option.some)
+      }),
+      (taken, exit) =>
+        Option.match(taken, {
+          onNone: () => Effect.void,
+          onSome: (t) => settle(t, Exit.map(exit, Option.getOrElse(() => "Lost" as const)))
+        })
     )
 
     const fiberLoop = Effect.forever(
-      Effect.acquireUseRelease(
-        takeRetrying,
-        Option.match({
-          onNone: () =>
-            // Jittered so idle fibers of many workers do not poll in lockstep.
-            Effect.flatMap(Random.nextRange(0.5, 1.5), (f) => Effect.sleep(Duration.times(pollInterval, f))).pipe(
-              Effect.as(Option.none<Either.Either<A, E> | "Lost">())
-            ),
-          onSome: (taken) => Effect.map(attempt(taken), Option.some)
-        }),
-        (taken, exit) =>
-          Option.match(taken, {
-            onNone: () => Effect.void,
-            onSome: (t) => settle(t, Exit.map(exit, Option.getOrElse(() => "Lost" as const)))
-          })
+      iteration.pipe(
+        Effect.tapError((error) => Effect.logWarning("worker queue: taking a run failed; retrying", error)),
+        Effect.retry(
+          Schedule.exponential(Duration.millis(100)).pipe(
+            Schedule.union(Schedule.spaced(Duration.seconds(5))),
+            Schedule.upTo(Duration.minutes(1))
+          )
+        )
       )
     )
 

@@ -17,6 +17,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
+import * as TestClock from "effect/TestClock"
+import * as TestServices from "effect/TestServices"
 import * as path from "node:path"
 import * as F from "./fixtures.js"
 
@@ -47,6 +49,20 @@ describe.sequential("Worker queue on SQLite", () => {
       }
       assert.isAbove(failures, 1, "creating the queue's tables ran out of room partway")
     }))
+
+  it.scoped("a worker whose queue fails keeps retrying, yet stops at once when interrupted (the retries' sleeps are interruptible)", () =>
+    Effect.gen(function*() {
+      yield* Worker.migrate
+      const sql = yield* SqlClient.SqlClient
+      // The queue table gone behind the migrator's back: every attempt to take a run fails.
+      yield* sql.unsafe("DROP TABLE polyloop_queue")
+      const worker = yield* Effect.fork(Worker.serve({ concurrency: 2, handle: () => Effect.void }))
+      // On the test clock the retry schedule's sleeps never end: the fibers wait in them.
+      yield* TestClock.adjust(Duration.seconds(1))
+      const stopped = yield* Fiber.interrupt(worker).pipe(Effect.timeoutOption(Duration.seconds(20)), TestServices.provideLive)
+      assert.isTrue(Option.isSome(stopped), "interrupting the worker did not stop it: it waits out its retries uninterruptibly")
+      assert.isTrue(Exit.isInterrupted(Option.getOrThrow(stopped)))
+    }).pipe(Effect.provide(sqliteClient)))
 
   it.scopedLive("two workers take every entry exactly once; interruption gives entries back", () =>
     Effect.gen(function*() {
