@@ -2,7 +2,9 @@
  * The RunLogStore contract (`@polyloop/testing`) against `SqlRunLogStore.layerPg` on the test
  * run's private PostgreSQL server: each case gets a fresh schema; reopening it is a restart or
  * a second worker on the same database; the contract's fault plan is consulted at the store's
- * own fault point, inside the transaction, before each record is inserted.
+ * own fault point, inside the transaction, before each record is inserted. A writer in a child
+ * process killed by SIGKILL leaves whole writes, every acknowledged one among them
+ * (`support/killable-pg.ts` opens the store there).
  */
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as RunLogStoreContract from "@polyloop/testing/RunLogStoreContract"
@@ -16,6 +18,7 @@ const pgStore = (options: Omit<SqlRunLogStore.PgOptions, "url"> = {}) =>
 RunLogStoreContract.suite("SqlRunLogStore.layerPg", pgStore(), {
   survivesRestart: true,
   claimsAcrossInstances: true,
+  killedWriter: { module: new URL("./support/killable-pg.ts", import.meta.url) },
   faultInjection: (plan) =>
     pgStore({
       faultPoint: ({ runId, seq, stage }) => (stage === "BeforeRecord" ? plan.beforeWrite(runId, seq) : Effect.void)

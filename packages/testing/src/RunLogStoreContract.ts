@@ -5,8 +5,10 @@
  * empty log, out-of-sequence writes are rejected with `ConcurrentWriter`, `completeStep` is
  * atomic (under interruption, and under injected storage faults), interrupted operations leak
  * nothing later ones wait for, claims are exclusive and released, and instances never see each
- * other's state. Capabilities a store may lack are
- * options (`survivesRestart`, `claimsAcrossInstances`, `faultInjection`), never adapter names.
+ * other's state; and, run in a child process killed by SIGKILL at random moments, the store
+ * keeps whole writes, every acknowledged one among them. Capabilities a store may lack are
+ * options (`survivesRestart`, `claimsAcrossInstances`, `faultInjection`, `killedWriter`), never
+ * adapter names.
  *
  * @since 0.1.0
  */
@@ -24,8 +26,10 @@ import * as FaultInjection from "./FaultInjection.js"
 import * as Arb from "./internal/arbitraries.js"
 import { diff, show } from "./internal/equal.js"
 import * as Property from "./internal/property.js"
+import * as KilledWriter from "./internal/killedWriterCheck.js"
 import { build, describeError } from "./internal/subject.js"
 import { register } from "./internal/suite.js"
+import { describeWrite, perform } from "./internal/writes.js"
 
 export {
   /** A contract was broken; the message says what was expected and what was seen. */
@@ -49,6 +53,9 @@ export type StoreUnderTest<E = never> =
   | Layer.Layer<RunLogStore, E>
   | Effect.Effect<Layer.Layer<RunLogStore, E>, E, Scope.Scope>
 
+/** Where the killed-writer property finds the store in another process (`Options.killedWriter`). */
+export type KilledWriterOptions = KilledWriter.KilledWriter
+
 /** What the store can do, beyond the contract every store obeys. */
 export interface Options<E = never> {
   /**
@@ -67,6 +74,15 @@ export interface Options<E = never> {
    * `FaultInjection.backend(backend, plan)`. Enables the atomicity-under-faults property.
    */
   readonly faultInjection?: (plan: FaultInjection.FaultPlan) => StoreUnderTest<E>
+  /**
+   * The store opened in another process, for the killed-writer property: a child process writes
+   * a run and is killed with SIGKILL at random moments (`kills` times); the run read back must
+   * be whole writes holding every acknowledged one, and the next writer goes on from there. Give
+   * the module (a file URL or absolute path) whose export (default `open`) is
+   * `(storage: string) => Layer<RunLogStore>` over a fresh directory `storage`. The child runs
+   * the module with `node --import tsx`.
+   */
+  readonly killedWriter?: KilledWriterOptions
   /**
    * Milliseconds within which each operation must answer after other operations were
    * interrupted (the leak property; default 10 000): longer means it waits for something an
@@ -97,6 +113,7 @@ export type PropertyId =
   | "listRuns"
   | "survivesRestart"
   | "claimsAcrossInstances"
+  | "survivesKill"
 
 type Service = RunLogStore.Service
 
@@ -123,26 +140,6 @@ const openFresh = <E>(subject: StoreUnderTest<E>) => Effect.flatMap(prepare(subj
 const ok = <A, E, R>(label: string, effect: Effect.Effect<A, E, R>): Effect.Effect<A, Property.ContractViolation, R> =>
   Effect.mapError(effect, (error) => new Property.ContractViolation({ message: `${label} failed: ${describeError(error)}` }))
 
-const describeWrite = (write: Arb.Write): string => {
-  const seqs = Arb.recordsOf(write).map((r) => r.seq)
-  const method = { Start: "start", Reply: "appendReply", Complete: "completeStep", Resume: "appendResume", Finish: "finish" }[write._tag]
-  return `${method}(seq ${seqs.join(", ")})`
-}
-
-const perform = (store: Service, runId: RunId, write: Arb.Write) => {
-  switch (write._tag) {
-    case "Start":
-      return store.start(write.record)
-    case "Reply":
-      return store.appendReply(runId, write.record)
-    case "Complete":
-      return store.completeStep(runId, write.result, write.step)
-    case "Resume":
-      return store.appendResume(runId, write.record)
-    case "Finish":
-      return store.finish(runId, write.record)
-  }
-}
 
 const writeOk = (store: Service, runId: RunId, write: Arb.Write) => ok(describeWrite(write), perform(store, runId, write))
 
@@ -669,6 +666,25 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
             yield* claimOk(b, runId, "from another instance after the first released it")
           })
         )
+    })
+  }
+  const killedWriter = options.killedWriter
+  if (killedWriter !== undefined) {
+    const kills = killedWriter.kills ?? 8
+    props.survivesKill = Property.make({
+      id: "survivesKill",
+      name: `a writer in another process killed by SIGKILL at random moments (${kills} times) leaves whole writes, every acknowledged one among them; the next writer goes on to the end`,
+      numRuns: runs(2),
+      // A seed and a kill schedule: shrinking them says nothing more than the first failure.
+      endOnFailure: true,
+      arbitrary: FastCheck.record({
+        seed: FastCheck.integer(),
+        schedule: FastCheck.array(
+          FastCheck.record({ acks: FastCheck.integer({ min: 0, max: 3 }), delay: FastCheck.double({ min: 0, max: 1, noNaN: true }) }),
+          { minLength: kills, maxLength: kills }
+        )
+      }),
+      check: ({ schedule, seed }) => KilledWriter.check(killedWriter, seed, schedule)
     })
   }
   return props

@@ -35,7 +35,7 @@ export * as FaultInjection from "./FaultInjection.js"
 export * as ModelClientContract from "./ModelClientContract.js"
 
 /**
- * The `RunLogStore` contract suite (SPEC §7, §14): property-based checks any store runs inside its own vitest file — `RunLogStoreContract.suite("my store", myLayer, options)`. Generated runs read back as exactly the prefix written, records round-trip exactly, unknown runs read as the empty log, out-of-sequence writes are rejected with `ConcurrentWriter`, `completeStep` is atomic (under interruption, and under injected storage faults), interrupted operations leak nothing later ones wait for, claims are exclusive and released, and instances never see each other's state. Capabilities a store may lack are options (`survivesRestart`, `claimsAcrossInstances`, `faultInjection`), never adapter names.
+ * The `RunLogStore` contract suite (SPEC §7, §14): property-based checks any store runs inside its own vitest file — `RunLogStoreContract.suite("my store", myLayer, options)`. Generated runs read back as exactly the prefix written, records round-trip exactly, unknown runs read as the empty log, out-of-sequence writes are rejected with `ConcurrentWriter`, `completeStep` is atomic (under interruption, and under injected storage faults), interrupted operations leak nothing later ones wait for, claims are exclusive and released, and instances never see each other's state; and, run in a child process killed by SIGKILL at random moments, the store keeps whole writes, every acknowledged one among them. Capabilities a store may lack are options (`survivesRestart`, `claimsAcrossInstances`, `faultInjection`, `killedWriter`), never adapter names.
  */
 export * as RunLogStoreContract from "./RunLogStoreContract.js"
 

@@ -108,9 +108,13 @@ const exclusive = (runId: string, held: Set<string>) =>
     return Effect.void
   })
 
+/** A file store's module, opened in a child process by the killed-writer property. */
+const fileStores = new URL("./fixtures/file-stores.ts", import.meta.url)
+
 const all = RunLogStoreContract.properties(sharedStorage(), {
   survivesRestart: true,
   claimsAcrossInstances: true,
+  killedWriter: { module: fileStores },
   faultInjection: (plan) => sharedStorage((b) => FaultInjection.backend(b, plan))
 })
 
@@ -196,6 +200,16 @@ describe("RunLogStoreContract", () => {
       name: "a store whose interrupted operations keep a permit",
       props: () => RunLogStoreContract.properties(layerOf(leaksPermits), { answerWithin: 100 }),
       breaks: { interruptionLeaksNothing: /did not answer within 100 ms after \d+ interrupted operation/ }
+    },
+    {
+      name: "a file store that appends a step's records one at a time",
+      props: () => RunLogStoreContract.properties(RunLogStore.layerMemory, { killedWriter: { module: fileStores, export: "openTorn", kills: 20 } }),
+      breaks: { survivesKill: /is not the run's first writes, whole — a write was torn or altered by the kill/ }
+    },
+    {
+      name: "a file store that acknowledges a write before it is written",
+      props: () => RunLogStoreContract.properties(RunLogStore.layerMemory, { killedWriter: { module: fileStores, export: "openLazy" } }),
+      breaks: { survivesKill: /acknowledged before the kill, was lost/ }
     },
     {
       name: "a backend that writes a batch record by record",

@@ -122,11 +122,13 @@ const step = FastCheck.record({
  * its completion with or without a result, maybe a resume after it), maybe an unfinished last
  * step, maybe `RunFinished`. Sequence numbers, step indices and result ids are consistent.
  */
-export const run = (options?: { readonly maxSteps?: number; readonly runId?: Ids.RunId }): FastCheck.Arbitrary<Run> =>
+export const run = (
+  options?: { readonly minSteps?: number; readonly maxSteps?: number; readonly runId?: Ids.RunId }
+): FastCheck.Arbitrary<Run> =>
   FastCheck.record({
     runId: options?.runId === undefined ? runId : FastCheck.constant(options.runId),
     started: runStarted,
-    steps: FastCheck.array(step, { maxLength: options?.maxSteps ?? 5 }),
+    steps: FastCheck.array(step, { minLength: options?.minSteps ?? 0, maxLength: options?.maxSteps ?? 5 }),
     finished: runFinished,
     end: FastCheck.constantFrom("Finished", "Unfinished", "Open")
   }).map(({ end, finished, runId, started, steps }): Run => {
