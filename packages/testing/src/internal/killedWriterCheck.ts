@@ -11,6 +11,7 @@
  * @internal
  */
 import * as Command from "@effect/platform/Command"
+import type * as CommandExecutor from "@effect/platform/CommandExecutor"
 import * as FileSystem from "@effect/platform/FileSystem"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import { RunLogStore } from "@polyloop/core/RunLogStore"
@@ -177,68 +178,103 @@ const live = (
     })
   )
 
-/** Checks one case: `kills` kills of the writer, then the run written to its end. */
+/** Most runs a case writes to get its kills in (see `check`). */
+const maxRounds = 6
+
+/**
+ * Checks one case: `kills` kills of the writer, each run then written to its end. A run the
+ * writer finishes before all kills were made (a fast store, a busy machine slow to read the
+ * acknowledgements) ends its round, and the remaining kills go to a fresh run on fresh storage.
+ */
 export const check = (options: KilledWriter, seed: number, kills: ReadonlyArray<Kill>): Effect.Effect<void, ContractViolation> =>
   Effect.scoped(
     Effect.gen(function*() {
       yield* needsTsx
       const fs = yield* FileSystem.FileSystem
-      const storage = yield* Effect.orDie(fs.makeTempDirectoryScoped({ prefix: "polyloop-killed-writer-" }))
       const href = hrefOf(options.module)
       const name = options.export ?? "open"
       const open = yield* loadOpener(href, name)
-      const run = killedWriterRun(seed)
-      const total = run.writes.length
-
-      /** How many whole writes the store holds now, read in this process. */
-      const writesHeld = (when: string) =>
-        Effect.scoped(
-          Effect.gen(function*() {
-            const store = yield* build(RunLogStore, open(storage), "the store")
-            const log = yield* Effect.mapError(
-              store.readLog(run.runId),
-              (error) => new ContractViolation({ message: `readLog ${when} failed: ${describeError(error)}` })
-            )
-            for (let k = 0; k <= total; k++) {
-              if (Option.isNone(diff(Arb.logUpTo(run, k), log))) return k
-            }
-            // The closest prefix of whole writes, to show how the log departs from it.
-            const size = RunLog.size(log)
-            let nearest = 0
-            while (nearest < total && Arb.recordsUpTo(run, nearest + 1).length <= size) nearest++
-            const difference = Option.getOrElse(diff(Arb.logUpTo(run, Math.min(nearest + 1, total)), log), () => "")
-            return yield* violation(
-              `${when} the log (${size} record(s)) is not the run's first writes, whole — a write was torn or altered by the kill: ${difference}`
-            )
-          })
-        )
-
-      let from = 0
       let killed = 0
-      for (const kill of kills) {
-        if (from >= total) break
-        const life = yield* live({ href, name, storage, seed, from }, kill)
-        if (life.error !== undefined) return yield* violation(`the writer child (from write ${from}) failed: ${life.error}`)
-        if (life.done) {
-          from = total
-          break
-        }
-        killed++
-        const when = `after kill ${killed} (the child had acknowledged ${life.lastAcked < from ? "no write" : `writes ${from}–${life.lastAcked}`})`
-        const held = yield* writesHeld(when)
-        if (held <= life.lastAcked) {
-          return yield* violation(`${when} the store holds ${held} write(s): ${describeWrite(run.writes[held]!)}, acknowledged before the kill, was lost`)
-        }
-        from = held
+      let remaining = kills
+      for (let round = 0; round < maxRounds && remaining.length > 0; round++) {
+        const storage = yield* Effect.orDie(fs.makeTempDirectoryScoped({ prefix: "polyloop-killed-writer-" }))
+        const outcome = yield* killRun({ href, name, open, storage, seed: seed + round }, remaining)
+        killed += outcome.killed
+        remaining = outcome.remaining
       }
       if (killed === 0) {
-        return yield* violation(`the writer finished all ${total} writes before any kill: the check killed nothing`)
+        return yield* violation(`in ${maxRounds} runs the writer finished every time before it could be killed: the check killed nothing`)
       }
+    })
+  ).pipe(Effect.provide(NodeContext.layer))
+
+/**
+ * One run on `storage`: killed by `kills` until it is written; then written to its end. Returns
+ * the kills made and the kills left: if the writer finished before a kill, that kill is left
+ * for the next run, made as soon as its writer has opened the store.
+ */
+const killRun = (
+  args: { readonly href: string; readonly name: string; readonly open: Opener; readonly storage: string; readonly seed: number },
+  kills: ReadonlyArray<Kill>
+): Effect.Effect<{ readonly killed: number; readonly remaining: ReadonlyArray<Kill> }, ContractViolation, CommandExecutor.CommandExecutor> =>
+  Effect.gen(function*() {
+    const { href, name, open, seed, storage } = args
+    const run = killedWriterRun(seed)
+    const total = run.writes.length
+
+    /** How many whole writes the store holds now, read in this process. */
+    const writesHeld = (when: string) =>
+      Effect.scoped(
+        Effect.gen(function*() {
+          const store = yield* build(RunLogStore, open(storage), "the store")
+          const log = yield* Effect.mapError(
+            store.readLog(run.runId),
+            (error) => new ContractViolation({ message: `readLog ${when} failed: ${describeError(error)}` })
+          )
+          for (let k = 0; k <= total; k++) {
+            if (Option.isNone(diff(Arb.logUpTo(run, k), log))) return k
+          }
+          // The closest prefix of whole writes, to show how the log departs from it.
+          const size = RunLog.size(log)
+          let nearest = 0
+          while (nearest < total && Arb.recordsUpTo(run, nearest + 1).length <= size) nearest++
+          const difference = Option.getOrElse(diff(Arb.logUpTo(run, Math.min(nearest + 1, total)), log), () => "")
+          return yield* violation(
+            `${when} the log (${size} record(s)) is not the run's first writes, whole — a write was torn or altered by the kill: ${difference}`
+          )
+        })
+      )
+
+    let from = 0
+    let killed = 0
+    let remaining: ReadonlyArray<Kill> = []
+    for (const [i, kill] of kills.entries()) {
+      if (from >= total) {
+        remaining = kills.slice(i)
+        break
+      }
+      const life = yield* live({ href, name, storage, seed, from }, kill)
+      if (life.error !== undefined) return yield* violation(`the writer child (from write ${from}) failed: ${life.error}`)
+      if (life.done) {
+        from = total
+        remaining = [{ acks: 0, delay: kill.delay }, ...kills.slice(i + 1)]
+        break
+      }
+      killed++
+      const when = `after kill ${killed} of a run (the child had acknowledged ${life.lastAcked < from ? "no write" : `writes ${from}–${life.lastAcked}`})`
+      const held = yield* writesHeld(when)
+      if (held <= life.lastAcked) {
+        return yield* violation(`${when} the store holds ${held} write(s): ${describeWrite(run.writes[held]!)}, acknowledged before the kill, was lost`)
+      }
+      from = held
+    }
+    if (from < total) {
       const last = yield* live({ href, name, storage, seed, from }, undefined)
       if (last.error !== undefined || !last.done) {
         return yield* violation(`after ${killed} kill(s) the writer child (from write ${from}) could not finish the run: ${last.error ?? "it did not finish"}`)
       }
-      const held = yield* writesHeld(`after ${killed} kill(s) and the run written to its end,`)
-      if (held !== total) return yield* violation(`after ${killed} kill(s) and the run written to its end, the store holds ${held} of ${total} writes`)
-    })
-  ).pipe(Effect.provide(NodeContext.layer))
+    }
+    const held = yield* writesHeld(`after ${killed} kill(s) and the run written to its end,`)
+    if (held !== total) return yield* violation(`after ${killed} kill(s) and the run written to its end, the store holds ${held} of ${total} writes`)
+    return { killed, remaining }
+  })
