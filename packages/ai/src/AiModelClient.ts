@@ -11,11 +11,16 @@
  * are `retryable`; other statuses, malformed output and malformed input are not. Messages carry
  * the status and a short reason, never a header, the API key or any body content.
  *
+ * `@effect/ai` decodes a response's tool calls against the declared tools and refuses the whole
+ * response when the model calls a tool that was not declared, or gives arguments that are JSON
+ * but not an object. Such a call is the model's mistake, which polyloop records and feeds back
+ * (SPEC §13: the step is `NotExecuted`, the run goes on), so the adapter takes the reply from the
+ * refused response's raw parts instead (`replyFromRefusedOutput`).
+ *
  * Limits of `@effect/ai` 0.37 (where `OpenAiCompatible` does better): it has no
  * provider-neutral sampling settings, so a request's `ModelSettings` reach the provider only
- * through `Options.applySettings`; and it decodes tool calls against the declared tools, so a
- * call to an unknown tool, or arguments that are not a JSON object, fail the reply
- * (non-retryable) instead of reaching polyloop's parser.
+ * through `Options.applySettings`; and a provider may refuse arguments that are not JSON at all
+ * before any decoding (`@effect/ai-openai` does), which stays a non-retryable `ModelError`.
  *
  * @since 0.1.0
  */
@@ -28,6 +33,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
 import * as Predicate from "effect/Predicate"
 import * as Schema from "effect/Schema"
 import { ModelError } from "@polyloop/core/Errors"
@@ -184,6 +190,62 @@ export const toModelReply = (response: LanguageModel.GenerateTextResponse<Record
   })
 }
 
+/** The parts of a raw (encoded) response the reply is made of; other parts are skipped. */
+const RawPart = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("text"), text: Schema.String }),
+  Schema.Struct({
+    type: Schema.Literal("tool-call"),
+    id: Schema.String,
+    name: Schema.String,
+    params: Schema.Unknown,
+    providerExecuted: Schema.optional(Schema.Boolean)
+  }),
+  Schema.Struct({
+    type: Schema.Literal("finish"),
+    reason: Schema.String,
+    usage: Schema.Struct({ inputTokens: Schema.optional(Schema.Number), outputTokens: Schema.optional(Schema.Number) })
+  })
+)
+const decodeRawPart = Schema.decodeUnknownOption(RawPart)
+
+/**
+ * The reply in a response `@effect/ai` refused to decode against the declared tools — a call to
+ * an undeclared tool, arguments that are JSON but not an object — taken from the raw parts the
+ * provider returned (the input of the failed decoding, kept in the `MalformedOutput`'s
+ * `ParseError`): text, the calls the provider did not execute (params as JSON text), usage and
+ * finish reason, as `toModelReply` makes them. `None` for any other error, or when the raw
+ * parts are not there.
+ */
+export const replyFromRefusedOutput = (error: AiError.AiError): Option.Option<ModelReply.ModelReply> => {
+  if (error._tag !== "MalformedOutput" || !ParseResult.isParseError(error.cause)) return Option.none()
+  const raw: unknown = error.cause.issue.actual
+  if (!Array.isArray(raw)) return Option.none()
+  const texts: Array<string> = []
+  const toolCalls: Array<ModelReply.ModelToolCall> = []
+  let usage = { inputTokens: 0, outputTokens: 0 }
+  let finishReason: string | undefined
+  for (const element of raw) {
+    const part = Option.getOrUndefined(decodeRawPart(element))
+    if (part === undefined) continue
+    switch (part.type) {
+      case "text":
+        texts.push(part.text)
+        break
+      case "tool-call":
+        if (part.providerExecuted !== true) {
+          const argumentsText = typeof part.params === "string" ? part.params : JSON.stringify(part.params)
+          toolCalls.push({ id: part.id, name: part.name, argumentsText: argumentsText ?? "" })
+        }
+        break
+      case "finish":
+        usage = { inputTokens: tokens(part.usage.inputTokens), outputTokens: tokens(part.usage.outputTokens) }
+        finishReason = part.reason
+        break
+    }
+  }
+  return Option.some(ModelReply.make({ text: texts.join(""), toolCalls, usage, finishReason: finishReason ?? "unknown" }))
+}
+
 /**
  * An `AiError` as a `ModelError`. Built from the error's fields, never its message (which may
  * quote the response body); the cause kept is at most the socket's own error.
@@ -243,7 +305,15 @@ export const make = (options: Options = {}): Effect.Effect<ModelClient.Service, 
         prompt: toPrompt(request.messages),
         toolkit: toToolkit(request.tools),
         disableToolCallResolution: true
-      }).pipe(Effect.mapBoth({ onFailure: toModelError, onSuccess: toModelReply }))
+      }).pipe(
+        Effect.map(toModelReply),
+        Effect.catchAll((error) =>
+          Option.match(replyFromRefusedOutput(error), {
+            onNone: () => Effect.fail(toModelError(error)),
+            onSome: Effect.succeed
+          })
+        )
+      )
       const unsupported = applySettings === undefined ? setSettings(request.settings) : []
       const configured = unsupported.length > 0
         ? new ModelError({

@@ -12,8 +12,17 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import * as TestClock from "effect/TestClock"
+import * as Agent from "@polyloop/core/Agent"
+import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as EventSink from "@polyloop/core/EventSink"
+import { runId } from "@polyloop/core/Ids"
 import * as Message from "@polyloop/core/Message"
+import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Tool from "@polyloop/core/Tool"
+import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import type { ModelRequest, ToolDefinition } from "@polyloop/core/ModelClient"
 import * as AiModelClient from "@polyloop/ai/AiModelClient"
 import * as OpenAiResponses from "@polyloop/ai/OpenAiResponses"
@@ -206,16 +215,89 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
         assertNothingLeaks(notResponse, [apiKey, bodyMarker])
       }))
 
-    it.scoped("a call to an undeclared tool fails the reply, not retryable (a limit of @effect/ai's decoding)", () =>
+    it.scoped("a call to an undeclared tool, or arguments that are JSON but not an object, reach polyloop in the reply (which @effect/ai refuses to decode)", () =>
       Effect.gen(function*() {
         const server = yield* FakeServer.make
         const client = yield* openAiClient(server)
-        yield* server.reply(FakeServer.json(responsesAnswer([functionCall("call_x", "delete_all", `{"why":"${bodyMarker}"}`)])))
+        yield* server.reply(
+          FakeServer.json(responsesAnswer([
+            textOutput("Cleaning up."),
+            functionCall("call_x", "delete_all", "{\"why\":\"tidy\"}"),
+            functionCall("call_y", "read_file", "[1,2]")
+          ], { input: 12, output: 7 }))
+        )
+        const reply = yield* client.generate(request(task, { tools: [readFile] }))
+        assert.deepStrictEqual(reply, {
+          text: "Cleaning up.",
+          toolCalls: [
+            { id: "call_x", name: "delete_all", argumentsText: "{\"why\":\"tidy\"}" },
+            { id: "call_y", name: "read_file", argumentsText: "[1,2]" }
+          ],
+          usage: { inputTokens: 12, outputTokens: 7 },
+          finishReason: "tool-calls"
+        })
+      }))
+
+    it.scoped("arguments that are not JSON at all, which @effect/ai-openai refuses itself, fail the reply, not retryable, without the arguments", () =>
+      Effect.gen(function*() {
+        const server = yield* FakeServer.make
+        const client = yield* openAiClient(server)
+        yield* server.reply(FakeServer.json(responsesAnswer([functionCall("call_x", "read_file", `{path: ${bodyMarker}`)])))
         const error = yield* modelError(client.generate(request(task, { tools: [readFile] })))
         assert.isFalse(error.retryable)
         assert.include(error.message, "declared tools")
         assertNothingLeaks(error, [bodyMarker])
       }))
+
+    it.scoped("Agent.run through OpenAiResponses: a call to an undeclared tool is NotExecuted and fed back; the run goes on to its answer", () =>
+      Effect.gen(function*() {
+        const server = yield* FakeServer.make
+        yield* server.reply(
+          FakeServer.json(responsesAnswer([functionCall("call_1", "delete_all", "{}")])),
+          FakeServer.json(responsesAnswer([textOutput("Nothing to delete.")]))
+        )
+        const registry = ToolRegistry.make(Tool.make({
+          name: "read_file",
+          description: "Reads a file",
+          parameters: Schema.Struct({ path: Schema.String }),
+          handler: () => Effect.succeed("")
+        }))
+        const store = yield* RunLogStore.makeMemory
+        const id = runId("undeclared")
+        const result = yield* Agent.run({
+          runId: id,
+          agent: AgentDefinition.make({ name: "cleaner", systemPrompt: "Tidy up.", budget: { maxSteps: 4 } }),
+          task: "Delete everything.",
+          tools: registry
+        }).pipe(
+          Effect.provide(Layer.mergeAll(
+            OpenAiResponses.layer({ model: "fake-model", baseUrl: server.baseUrl, apiKey: Redacted.make(apiKey) }).pipe(
+              Layer.provide(NodeHttpClient.layerUndici)
+            ),
+            NativeToolCallParser.layer(),
+            ToolRegistry.layerExecutor(registry),
+            EventSink.layerNoop,
+            Layer.succeed(RunLogStore.RunLogStore, store)
+          ))
+        )
+        assert.deepStrictEqual(result.stopReason, { _tag: "Completed", by: "Answer", answer: "Nothing to delete." })
+        assert.strictEqual(result.steps, 2)
+        const log = yield* store.readLog(id)
+        const first = log.results[0]!
+        assert.strictEqual(first.outcome.status, "NotExecuted")
+        assert.isTrue(first.outcome.observationIsSynthetic)
+        // The model is told, in the next request, answering its call by id (the provider sends a
+        // tool result as JSON text).
+        yield* server.next
+        const second = yield* server.next
+        const outputs = (field(second.body, "input") as ReadonlyArray<unknown>).filter((item) => field(item, "type") === "function_call_output")
+        assert.deepStrictEqual(outputs.map((item) => [field(item, "call_id"), field(item, "output")]), [["call_1", JSON.stringify(first.outcome.observation)]])
+      }))
+
+    it("replyFromRefusedOutput takes nothing from other errors, nor from a refusal without raw parts", () => {
+      assert.isTrue(Option.isNone(AiModelClient.replyFromRefusedOutput(new AiError.MalformedOutput({ module: "M", method: "m" }))))
+      assert.isTrue(Option.isNone(AiModelClient.replyFromRefusedOutput(new AiError.UnknownError({ module: "M", method: "m" }))))
+    })
 
     it.scoped("seed and stop, which the Responses API lacks, are refused rather than ignored", () =>
       Effect.gen(function*() {
