@@ -255,7 +255,9 @@ const killRun = (
       }
       const life = yield* live({ href, name, storage, seed, from }, kill)
       if (life.error !== undefined) return yield* violation(`the writer child (from write ${from}) failed: ${life.error}`)
-      if (life.done) {
+      // Finished on its own, before the kill (a child killed just after it printed `done` was
+      // still killed: its acknowledged writes must all be there).
+      if (!life.killed) {
         from = total
         remaining = [{ acks: 0, delay: kill.delay }, ...kills.slice(i + 1)]
         break
