@@ -64,12 +64,14 @@ describe.sequential("claims on PostgreSQL are leases", () => {
   it.scopedLive("a held claim is renewed by its heartbeat: another worker stays RunBusy past the lease duration", () =>
     Effect.gen(function*() {
       const url = yield* freshSchemaUrl
-      const a = yield* openStore(url, { leaseDuration: Duration.millis(400), heartbeatInterval: Duration.millis(100) })
-      const b = yield* openStore(url, { leaseDuration: Duration.millis(400), heartbeatInterval: Duration.millis(100) })
+      // Renewed every 100 ms, a lease of 1 s survives a stall of 0.9 s on a loaded machine; the
+      // check comes after 2.5 lease durations.
+      const a = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
+      const b = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
       const r = runId("renewed")
       const scope = yield* Scope.make()
       yield* a.claim(r).pipe(Scope.extend(scope))
-      yield* Effect.sleep(Duration.millis(1200))
+      yield* Effect.sleep(Duration.millis(2500))
       const busy = yield* Effect.flip(Effect.scoped(b.claim(r)))
       assert.strictEqual(busy._tag, "RunBusy")
       yield* Scope.close(scope, Exit.void)
