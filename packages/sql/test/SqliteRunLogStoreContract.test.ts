@@ -23,5 +23,5 @@ RunLogStoreContract.suite("SqlRunLogStore.layerSqlite", sqliteStore(), {
     sqliteStore({
       faultPoint: ({ runId, seq, stage }) => stage === "BeforeRecord" ? plan.beforeWrite(runId, seq) : Effect.void
     }),
-  timeout: 120_000
+  timeout: 240_000
 })

@@ -122,7 +122,7 @@ describe("RunLogStoreContract", () => {
   it.live("the memory store (a fresh store per build) satisfies every property", () =>
     holdsAll(RunLogStoreContract.properties(RunLogStore.layerMemory, { faultInjection: FaultInjection.layerMemory })), 120_000)
 
-  it.live("a store over shared storage satisfies every property, restart and cross-instance claims included", () => holdsAll(all), 120_000)
+  it.live("a store over shared storage satisfies every property, restart and cross-instance claims included", () => holdsAll(all), 240_000)
 
   it("refuses restart and cross-instance capabilities for a plain layer", ({ expect }) => {
     expect(() => RunLogStoreContract.properties(RunLogStore.layerMemory, { survivesRestart: true })).toThrow(/Effect form/)

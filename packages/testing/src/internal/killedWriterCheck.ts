@@ -170,6 +170,8 @@ const live = (
       while (yield* next) {
         // every line the child printed before it died or ended
       }
+      // Gone for good before the store is read here (its output can end a moment before it exits).
+      yield* Effect.ignore(child.exitCode)
       if (error === undefined && !done && !killed) {
         const text = yield* Fiber.join(stderr)
         error = `it ended without finishing${text.trim().length > 0 ? `: ${text.trim().split("\n").slice(-5).join(" ")}` : ""}`
