@@ -976,10 +976,19 @@ const describePg = (options: PgClientOptions): string => {
   return `postgres://${user}${options.host ?? "localhost"}:${options.port ?? 5432}/${options.database ?? ""}`
 }
 
+/** How long a PostgreSQL connection may take to get, unless `connectTimeout` says otherwise. */
+export const defaultPgConnectTimeout: Duration.Duration = Duration.seconds(10)
+
 /**
  * A PostgreSQL client for the store (`PgClient | SqlClient`); a server that cannot be reached
  * fails with `StoreError { reason: "Unavailable" }` naming it. Share it with `Worker` by
  * providing it to both: `SqlRunLogStore.layer(options).pipe(Layer.provideMerge(layerPgClient(…)))`.
+ *
+ * `connectTimeout` defaults to 10 seconds (`@effect/sql-pg` waits without end): it bounds the
+ * first connection, each new pooled one, and the wait for a free connection when all are in
+ * use. The store's waits for a connection are shielded from interruption (below), so this
+ * bound is also how long an interrupted operation can wait before it stops; an operation that
+ * reaches it fails with a `StoreError`.
  *
  * Sharing it with your own code: in `@effect/sql-pg` 0.53 a fiber interrupted while
  * `sql.reserve` or `sql.withTransaction` waits for a pooled connection loses that connection for
@@ -990,7 +999,7 @@ export const layerPgClient = (options: PgClientOptions): Layer.Layer<PgClient.Pg
   // Loaded on demand, so that SQLite users never load the PostgreSQL driver.
   Layer.unwrapEffect(
     Effect.map(Effect.promise(() => import("@effect/sql-pg/PgClient")), (Pg) =>
-      Pg.layer({ applicationName: "polyloop", ...options }).pipe(
+      Pg.layer({ applicationName: "polyloop", ...options, connectTimeout: options.connectTimeout ?? defaultPgConnectTimeout }).pipe(
         Layer.mapError((error) => storeError(error, { operation: "connecting to PostgreSQL", path: describePg(options) }, "Unavailable"))
       ))
   )

@@ -74,10 +74,30 @@ const pgReason = (code: string): StoreErrorReason | "UniqueViolation" => {
   return "Unknown"
 }
 
-/** Classifies a driver failure by its code. */
+/** Node's codes for a network that does not carry the connection (the server down or unreachable). */
+const networkCodes: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EPIPE"
+])
+
+/**
+ * What `pg` and `pg-pool` say, without a code, when no connection could be had in time or the
+ * one in use was lost.
+ */
+const unavailableMessage = /timeout exceeded when trying to connect|connection terminated|connection timeout/i
+
+/** Classifies a driver failure by its code (or, for the PostgreSQL pool's own failures, its message). */
 export const classify = (error: unknown): Classified => {
-  const code = codeOf(driverCause(error))
-  if (code === undefined) return { _tag: "Store", reason: "Unknown", code }
+  const cause = driverCause(error)
+  const code = codeOf(cause)
+  if (code === undefined) return { _tag: "Store", reason: unavailableMessage.test(messageOf(cause)) ? "Unavailable" : "Unknown", code }
+  if (networkCodes.has(code)) return { _tag: "Store", reason: "Unavailable", code }
   const reason = code.startsWith("SQLITE_") ? sqliteReason(code) : /^[0-9A-Z]{5}$/.test(code) ? pgReason(code) : "Unknown"
   return reason === "UniqueViolation" ? { _tag: "UniqueViolation", code } : { _tag: "Store", reason, code }
 }

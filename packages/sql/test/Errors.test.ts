@@ -1,0 +1,34 @@
+/**
+ * How driver failures become `StoreError` reasons: by the driver's code (SQLite, PostgreSQL
+ * SQLSTATE, Node's network codes), or — for the PostgreSQL pool's own failures, which carry no
+ * code — by their message.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { SqlError } from "@effect/sql/SqlError"
+import { storeError } from "../src/internal/errors.js"
+
+const failure = (cause: unknown) => new SqlError({ cause, message: "Failed to execute statement" })
+const reasonOf = (cause: unknown) => storeError(failure(cause), { operation: "testing" }).reason
+
+describe("driver failures as StoreError reasons", () => {
+  it("the network carrying no connection: Unavailable", () => {
+    for (const code of ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENOTFOUND", "EPIPE"]) {
+      assert.strictEqual(reasonOf(Object.assign(new Error(`connect ${code}`), { code })), "Unavailable", code)
+    }
+  })
+
+  it("the PostgreSQL pool's own failures, which have no code: Unavailable", () => {
+    assert.strictEqual(reasonOf(new Error("timeout exceeded when trying to connect")), "Unavailable")
+    assert.strictEqual(reasonOf(new Error("Connection terminated unexpectedly")), "Unavailable")
+    assert.strictEqual(reasonOf(new Error("Connection terminated due to connection timeout")), "Unavailable")
+  })
+
+  it("codes keep their meaning; an unknown failure stays Unknown", () => {
+    assert.strictEqual(reasonOf({ code: "SQLITE_FULL" }), "DiskFull")
+    assert.strictEqual(reasonOf({ code: "SQLITE_BUSY" }), "Unavailable")
+    assert.strictEqual(reasonOf({ code: "57P01" }), "Unavailable")
+    assert.strictEqual(reasonOf({ code: "25006" }), "ReadOnly")
+    assert.strictEqual(reasonOf(new Error("something else entirely")), "Unknown")
+    assert.strictEqual(reasonOf({ code: "EWHATEVER" }), "Unknown")
+  })
+})
