@@ -10,4 +10,5 @@ const options = {
   ...(variant === undefined ? {} : { variant })
 }
 recordPid(options.recordFile)
+process.stderr.write("test server ready\n")
 await makeTestServer(options).connect(new StdioServerTransport())

@@ -16,7 +16,10 @@ import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, typ
 export interface TestServerOptions {
   /** Where executions and cancellations are recorded (none: not recorded). */
   readonly recordFile?: string
-  /** `"changed"`: the `echo` tool requires one more argument (the tools changed between start and resume). */
+  /**
+   * `"changed"`: the `echo` tool requires one more argument (the tools changed between start and
+   * resume); `"badschema"`: one more tool whose schema ajv cannot compile.
+   */
   readonly variant?: string
   /** Tools per `tools/list` page (default 3, so a client must follow `nextCursor`). */
   readonly pageSize?: number
@@ -52,7 +55,10 @@ export const testTools = (variant: string | undefined): ReadonlyArray<Tool> => [
     inputSchema: { type: "object", properties: { key: { type: "string" }, ms: { type: "integer", minimum: 0 } }, required: ["key"] },
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false }
   },
-  { name: "titled", title: "Only a title", inputSchema: { type: "object" } }
+  { name: "titled", title: "Only a title", inputSchema: { type: "object" } },
+  ...(variant === "badschema"
+    ? [{ name: "broken_schema", description: "Its schema is not a JSON Schema.", inputSchema: { type: "object" as const, properties: { x: { type: "no-such-type" } } } }]
+    : [])
 ]
 
 /** The server (not yet connected to a transport). */
