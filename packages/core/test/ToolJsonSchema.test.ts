@@ -63,9 +63,9 @@ describe("Tool.jsonSchema", () => {
 
 describe("Snapshot.changedTools and SnapshotMismatch.tools", () => {
   it("names the tools whose entries changed, were removed or were added; a moved tool is not named", () => {
-    const changedSchema = Tool.make({ ...external, jsonSchema: { ...serverSchema, required: [] } })
-    const otherPolicy = Tool.make({ ...code, replayPolicy: "Always" })
-    const extra = Tool.make({ ...code, name: "extra" })
+    const changedSchema: Tool.Tool<{ readonly path: string }> = { ...external, jsonSchema: { ...serverSchema, required: [] } }
+    const otherPolicy: Tool.Tool<{ readonly a: number }> = { ...code, replayPolicy: "Always" }
+    const extra: Tool.Tool<{ readonly a: number }> = { ...code, name: "extra" }
     const before = snapshotOf(ToolRegistry.make(external, code))
     assert.deepStrictEqual(Snapshot.changedTools(before, before), [])
     assert.deepStrictEqual(Snapshot.changedTools(before, snapshotOf(ToolRegistry.make(changedSchema, code))), ["read"])
