@@ -91,6 +91,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as os from "node:os"
+import * as Approvals from "./internal/approvals.js"
 import { driverCause, isAppendRefused, isUniqueViolation, migrationStorageFailure, storeError } from "./internal/errors.js"
 import { serialized } from "./internal/migrationLock.js"
 import * as PgMigrations from "./internal/migrations/pg.js"
@@ -804,9 +805,10 @@ SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM ins) AS inse
 
     const listRuns: RunLogStore.Backend["listRuns"] = (query) =>
       Effect.gen(function*() {
-        const where = query.status === undefined ? sql`` : sql`WHERE status = ${query.status}`
+        const where = query.status === undefined ? sql`` : sql.literal(`WHERE ${Approvals.statusFilter("r", query.status)}`)
         const limit = query.limit === undefined ? sql`` : sql`LIMIT ${Math.max(0, Math.floor(query.limit))}`
-        const [text, params] = sql`SELECT run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed FROM polyloop_runs ${where} ORDER BY started_at DESC, run_id ASC ${limit}`
+        const status = sql.literal(Approvals.statusColumn("r"))
+        const [text, params] = sql`SELECT r.run_id, r.agent, ${status} AS status, r.stop_reason, r.steps, r.effective_steps, r.tokens, r.started_at, r.finished_at, r.elapsed FROM polyloop_runs r ${where} ORDER BY r.started_at DESC, r.run_id ASC ${limit}`
           .compile()
         const rows = yield* connect((conn) => conn.execute(text, params, undefined)).pipe(Effect.mapError(failWith("listing runs")))
         const decoded = yield* decodeSummaryRows(rows).pipe(
