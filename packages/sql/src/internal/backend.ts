@@ -16,6 +16,7 @@
  *
  * @internal
  */
+import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { ConcurrentWriter, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
@@ -26,7 +27,7 @@ import * as Effect from "effect/Effect"
 import type { Options } from "../SqlRunLogStore.js"
 import { isAppendRefused, isUniqueViolation } from "./errors.js"
 import * as Lease from "./lease.js"
-import type { Statements } from "./statements.js"
+import * as Statements from "./statements.js"
 import { decodeSummaries } from "./summary.js"
 
 /** A dialect's write found that the append's first sequence number is not the run's next one. */
@@ -60,16 +61,26 @@ const withSpanIfTraced = (name: string, attributes: () => Record<string, unknown
     tracer === builtInTracer ? effect : Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false })
   )
 
-/** The backend over `statements`, appending with the dialect's `append` (given the store's leases). */
+/**
+ * The backend over `sql` (each operation's connection from `connect`), appending with the
+ * dialect's `append`, which is given the store's statement runner and leases.
+ */
 export const make = (
-  statements: Statements,
+  sql: SqlClient.SqlClient,
   options: Options,
-  dialect: (leases: Lease.Leases) => Append
+  connect: Statements.Connect,
+  dialect: (statements: Statements.Statements, leases: Lease.Leases) => Append
+): Effect.Effect<RunLogStore.Backend> => Effect.sync(() => makeSync(Statements.make(sql, options, connect), options, dialect))
+
+const makeSync = (
+  statements: Statements.Statements,
+  options: Options,
+  dialect: (statements: Statements.Statements, leases: Lease.Leases) => Append
 ): RunLogStore.Backend => {
   const { compiled, connect, failWith, path, query, sql } = statements
   const leases = Lease.make(statements, options)
   const held = leases.held
-  const write = dialect(leases)
+  const write = dialect(statements, leases)
 
   const nextSeqSql = compiled(sql`SELECT next_seq FROM polyloop_runs WHERE run_id = ${""}`)
   const readSql = compiled(sql`SELECT payload FROM polyloop_records WHERE run_id = ${""} ORDER BY seq`)

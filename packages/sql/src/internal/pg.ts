@@ -152,12 +152,5 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
 }
 
 /** The PostgreSQL backend over `sql` (every operation reserves a pooled connection through `connect`). */
-export const backend = (
-  sql: SqlClient.SqlClient,
-  options: Options,
-  connect: Statements.Connect
-): Effect.Effect<RunLogStore.Backend> =>
-  Effect.sync(() => {
-    const statements = Statements.make(sql, options, connect)
-    return Backend.make(statements, options, () => makeAppend(statements, options))
-  })
+export const backend = (sql: SqlClient.SqlClient, options: Options, connect: Statements.Connect): Effect.Effect<RunLogStore.Backend> =>
+  Backend.make(sql, options, connect, (statements) => makeAppend(statements, options))

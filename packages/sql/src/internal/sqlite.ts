@@ -109,15 +109,8 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
 }
 
 /** The SQLite backend over `sql`, each operation's connection from `connect`. */
-export const backend = (
-  sql: SqlClient.SqlClient,
-  options: Options,
-  connect: Statements.Connect
-): Effect.Effect<RunLogStore.Backend> =>
-  Effect.sync(() => {
-    const statements = Statements.make(sql, options, connect)
-    return Backend.make(statements, options, (leases) => makeAppend(statements, options, leases))
-  })
+export const backend = (sql: SqlClient.SqlClient, options: Options, connect: Statements.Connect): Effect.Effect<RunLogStore.Backend> =>
+  Backend.make(sql, options, connect, (statements, leases) => makeAppend(statements, options, leases))
 
 /**
  * The backend on a SQLite client that nothing else uses — the client `layerSqlite` opens for
