@@ -2,8 +2,8 @@
  * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill
  * itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's
  * transcript; `export` writes a run's records as JSON or JSON lines; `serve` shows them in the
- * browser. Every subcommand takes
- * `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and `--json` for machine output.
+ * browser. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and
+ * the ones that print take `--json` for machine output.
  *
  * @since 0.1.0
  */

@@ -188,7 +188,10 @@ export const app = (
         Effect.map(Effect.context<RunLogStore.RunLogStore>(), (context) => sseResponse(Stream.provideContext(Live.runs(interval), context)))
       )
     )
-    const routed = Effect.catchTag(yield* HttpRouter.toHttpApp(router), "RouteNotFound", (error) =>
+    // A run id is up to 200 characters, each up to 12 when escaped in the path (find-my-way's
+    // default limit of 100 would make long ids unroutable).
+    const httpApp = yield* HttpRouter.toHttpApp(router).pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }))
+    const routed = Effect.catchTag(httpApp, "RouteNotFound", (error) =>
       Effect.succeed(
         error.request.url.startsWith("/api/")
           ? apiError(404, "NotFound", `no API endpoint ${error.request.method} ${error.request.url.split("?")[0]}`)
