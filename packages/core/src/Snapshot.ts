@@ -58,21 +58,21 @@ export interface Input {
   readonly parserId: string
 }
 
-/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
-export const make = (input: Input): Snapshot => ({
-  polyloop: version,
-  agent: {
-    name: input.agent.name,
-    systemPrompt: input.agent.systemPrompt,
-    modelSettings: input.agent.modelSettings,
-    budget: input.agent.budget,
-    syntheticObservations: input.agent.syntheticObservations,
-    observationLimit: input.agent.observationLimit ?? null,
-    historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
-  },
-  task: input.task,
-  tools: input.tools.modelView().map((view) => {
-    const tool = input.tools.get(view.name)
+/** The agent part of a snapshot: the whole definition except `modelRetry`, defaults filled in. */
+export const agentPart = (agent: AgentDefinition.AgentDefinition): Snapshot["agent"] => ({
+  name: agent.name,
+  systemPrompt: agent.systemPrompt,
+  modelSettings: agent.modelSettings,
+  budget: agent.budget,
+  syntheticObservations: agent.syntheticObservations,
+  observationLimit: agent.observationLimit ?? null,
+  historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
+})
+
+/** The tools part of a snapshot: the registry's model view with replay policies and completion markers. */
+export const toolsPart = (tools: ToolRegistry<unknown>): Snapshot["tools"] =>
+  tools.modelView().map((view) => {
+    const tool = tools.get(view.name)
     return {
       name: view.name,
       description: view.description,
@@ -80,7 +80,14 @@ export const make = (input: Input): Snapshot => ({
       replayPolicy: tool._tag === "Some" ? tool.value.replayPolicy : "Never",
       completesRun: tool._tag === "Some" ? tool.value.completesRun : false
     }
-  }),
+  })
+
+/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
+export const make = (input: Input): Snapshot => ({
+  polyloop: version,
+  agent: agentPart(input.agent),
+  task: input.task,
+  tools: toolsPart(input.tools),
   parser: input.parserId
 })
 
