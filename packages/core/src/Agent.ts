@@ -444,10 +444,12 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
   if (started.snapshotHash === current.hash) return Effect.void
   const differences = Snapshot.diff(started.snapshot, current.value)
+  const tools = Snapshot.changedTools(started.snapshot, current.value)
   return Effect.fail(
     new SnapshotMismatch({
       runId,
-      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]]
+      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]],
+      ...(tools.length > 0 ? { tools } : {})
     })
   )
 }

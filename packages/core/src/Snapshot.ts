@@ -180,3 +180,30 @@ export const diff = (recorded: unknown, current: unknown): ReadonlyArray<Snapsho
   walk("", recorded, current)
   return out
 }
+
+const toolsByName = (snapshot: unknown): Map<string, unknown> => {
+  const out = new Map<string, unknown>()
+  const tools = isPlainObject(snapshot) ? snapshot["tools"] : undefined
+  if (!Array.isArray(tools)) return out
+  for (const tool of tools) {
+    if (isPlainObject(tool) && typeof tool["name"] === "string") out.set(tool["name"], tool)
+  }
+  return out
+}
+
+/**
+ * The names of the tools whose snapshot entries differ between two recorded snapshot values
+ * (schema, description, replay policy, completion marker), were added or were removed: recorded
+ * order first, then the added ones (design 0230). A tool that only moved is not listed.
+ */
+export const changedTools = (recorded: unknown, current: unknown): ReadonlyArray<string> => {
+  const before = toolsByName(recorded)
+  const after = toolsByName(current)
+  const changed: Array<string> = []
+  for (const [name, tool] of before) {
+    const now = after.get(name)
+    if (now === undefined || canonicalJson(now) !== canonicalJson(tool)) changed.push(name)
+  }
+  for (const name of after.keys()) if (!before.has(name)) changed.push(name)
+  return changed
+}

@@ -10,6 +10,10 @@ import type * as Effect from "effect/Effect"
 import type * as Schema from "effect/Schema"
 import type { ReplayPolicy } from "./ActionExecutor.js"
 import type { ToolEnvironmentError } from "./Errors.js"
+import type { ToolDefinition } from "./ModelClient.js"
+
+/** A JSON Schema as the model sees it (a JSON value). */
+export type JsonSchema = ToolDefinition["parameters"]
 
 /**
  * A tool handler: receives only the decoded arguments, returns the observation text. Fail with
@@ -23,6 +27,12 @@ export interface Tool<A = unknown, E = unknown, R = never> {
   readonly name: string
   readonly description: string
   readonly parameters: Schema.Schema<A, unknown>
+  /**
+   * The JSON Schema the model sees, verbatim, for a tool whose schema comes from outside (an MCP
+   * server's `inputSchema`, design 0230); `parameters` then validates against that same schema.
+   * When absent, the model view derives it from `parameters` with `JSONSchema.make`.
+   */
+  readonly jsonSchema?: JsonSchema | undefined
   readonly handler: Handler<A, E, R> | undefined
   readonly replayPolicy: ReplayPolicy
   readonly completesRun: boolean
@@ -34,6 +44,7 @@ export interface Any {
   readonly name: string
   readonly description: string
   readonly parameters: Schema.Schema.AnyNoContext
+  readonly jsonSchema?: JsonSchema | undefined
   readonly handler: ((args: never) => Effect.Effect<string, unknown, unknown>) | undefined
   readonly replayPolicy: ReplayPolicy
   readonly completesRun: boolean
@@ -43,11 +54,15 @@ export interface Any {
 /** The context a tool's handler needs. */
 export type Context<T> = T extends Tool<infer _A, infer _E, infer R> ? R : never
 
-/** Makes a tool. `replayPolicy` defaults to `"Never"`, `completesRun` to false. */
+/**
+ * Makes a tool. `replayPolicy` defaults to `"Never"`, `completesRun` to false. `jsonSchema` is
+ * for a schema that comes from outside (see `Tool.jsonSchema`): the model sees it as given.
+ */
 export const make = <A, I, E = never, R = never>(options: {
   readonly name: string
   readonly description: string
   readonly parameters: Schema.Schema<A, I, never>
+  readonly jsonSchema?: JsonSchema
   readonly handler?: Handler<A, E, R>
   readonly replayPolicy?: ReplayPolicy
   readonly completesRun?: boolean
@@ -56,6 +71,7 @@ export const make = <A, I, E = never, R = never>(options: {
   name: options.name,
   description: options.description,
   parameters: options.parameters as unknown as Schema.Schema<A, unknown>,
+  ...(options.jsonSchema === undefined ? {} : { jsonSchema: options.jsonSchema }),
   handler: options.handler,
   replayPolicy: options.replayPolicy ?? "Never",
   completesRun: options.completesRun ?? false,
