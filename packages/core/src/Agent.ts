@@ -26,6 +26,7 @@ import type { Action } from "./Action.js"
 import { ActionExecutor } from "./ActionExecutor.js"
 import type { ActionOutcome } from "./ActionOutcome.js"
 import * as AgentDefinition from "./AgentDefinition.js"
+import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
@@ -593,3 +594,9 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
       })
     )
   }).pipe(Effect.withSpan("Agent.run", { attributes: { "polyloop.run_id": request.runId, "polyloop.agent": request.agent.name } }))
+
+/**
+ * Records a person's decision on a call a suspended run waits for (design 0160); the next
+ * `Agent.run` resumes the run. See `Approval.decide`.
+ */
+export const decide = Approval.decide

@@ -109,11 +109,12 @@ export const fork = (
     }
     const base = decoded.right
     const task = options.task ?? started.task
+    const tools = options.tools === undefined ? base.tools : Snapshot.toolsPart(options.tools)
     const snapshot = Snapshot.encode({
       polyloop: Snapshot.version,
-      agent: options.agent === undefined ? base.agent : Snapshot.agentPart(options.agent),
+      agent: options.agent === undefined ? base.agent : Snapshot.agentPart(options.agent, tools),
       task,
-      tools: options.tools === undefined ? base.tools : Snapshot.toolsPart(options.tools),
+      tools,
       parser: options.parserId ?? base.parser
     })
     const forkedFrom: RunLog.ForkedFrom = {

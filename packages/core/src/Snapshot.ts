@@ -12,7 +12,8 @@ import * as AgentDefinition from "./AgentDefinition.js"
 import { Budget } from "./Budget.js"
 import type { SnapshotDifference } from "./Errors.js"
 import { ModelSettings } from "./ModelSettings.js"
-import { SyntheticObservations } from "./SyntheticObservations.js"
+import { defaultRejected, SyntheticObservations } from "./SyntheticObservations.js"
+import { approvalDescription } from "./Tool.js"
 import type { ToolRegistry } from "./ToolRegistry.js"
 
 /** polyloop's major.minor version, part of every snapshot (a new minor may render history differently). */
@@ -25,7 +26,12 @@ export const SnapshotTool = Schema.Struct({
   /** The JSON Schema of the parameters, as sent to the model. */
   parameters: Schema.Unknown,
   replayPolicy: ReplayPolicy,
-  completesRun: Schema.Boolean
+  completesRun: Schema.Boolean,
+  /**
+   * The tool's approval rule (design 0160): `"Required"` or `"When: <description>"`. Absent for
+   * a tool without one, so snapshots of configurations without approvals keep their hash.
+   */
+  approval: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export interface SnapshotTool extends Schema.Schema.Type<typeof SnapshotTool> {}
@@ -58,38 +64,50 @@ export interface Input {
   readonly parserId: string
 }
 
-/** The agent part of a snapshot: the whole definition except `modelRetry`, defaults filled in. */
-export const agentPart = (agent: AgentDefinition.AgentDefinition): Snapshot["agent"] => ({
+/**
+ * The synthetic texts as the snapshot holds them: the `rejected` text is recorded when it is set
+ * or when some tool declares approval (with the default), and absent otherwise (design 0160).
+ */
+const syntheticOf = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): SyntheticObservations => {
+  const synthetic = agent.syntheticObservations
+  if (synthetic.rejected !== undefined || !tools.some((tool) => tool.approval !== undefined)) return synthetic
+  return { ...synthetic, rejected: defaultRejected }
+}
+
+/**
+ * The agent part of a snapshot: the whole definition except `modelRetry`, defaults filled in,
+ * for a run with these tools (as `toolsPart` gives them).
+ */
+export const agentPart = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): Snapshot["agent"] => ({
   name: agent.name,
   systemPrompt: agent.systemPrompt,
   modelSettings: agent.modelSettings,
   budget: agent.budget,
-  syntheticObservations: agent.syntheticObservations,
+  syntheticObservations: syntheticOf(agent, tools),
   observationLimit: agent.observationLimit ?? null,
   historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
 })
 
-/** The tools part of a snapshot: the registry's model view with replay policies and completion markers. */
-export const toolsPart = (tools: ToolRegistry<unknown>): Snapshot["tools"] =>
-  tools.modelView().map((view) => {
-    const tool = tools.get(view.name)
+/** The tools part of a snapshot: the registry's model view with replay policies, completion markers and approvals. */
+export const toolsPart = (registry: ToolRegistry<unknown>): Snapshot["tools"] =>
+  registry.modelView().map((view) => {
+    const tool = registry.get(view.name)
+    const approval = tool._tag === "Some" ? approvalDescription(tool.value) : undefined
     return {
       name: view.name,
       description: view.description,
       parameters: view.parameters,
       replayPolicy: tool._tag === "Some" ? tool.value.replayPolicy : "Never",
-      completesRun: tool._tag === "Some" ? tool.value.completesRun : false
+      completesRun: tool._tag === "Some" ? tool.value.completesRun : false,
+      ...(approval === undefined ? {} : { approval })
     }
   })
 
 /** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
-export const make = (input: Input): Snapshot => ({
-  polyloop: version,
-  agent: agentPart(input.agent),
-  task: input.task,
-  tools: toolsPart(input.tools),
-  parser: input.parserId
-})
+export const make = (input: Input): Snapshot => {
+  const tools = toolsPart(input.tools)
+  return { polyloop: version, agent: agentPart(input.agent, tools), task: input.task, tools, parser: input.parserId }
+}
 
 const isPlainObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
   typeof value === "object" && value !== null && !Array.isArray(value)

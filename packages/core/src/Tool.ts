@@ -1,7 +1,8 @@
 /**
  * A tool: name, description, a parameter Schema (decoded from the call's arguments; JSON Schema
- * derived for the model), an optional handler, a replay policy and a completion marker
- * (design 0008). The implementation hangs on the spec, so narrowing a registry carries it along.
+ * derived for the model), an optional handler, a replay policy, a completion marker (design
+ * 0008) and an optional approval rule (design 0160). The implementation hangs on the spec, so
+ * narrowing a registry carries it along.
  *
  * @since 0.1.0
  */
@@ -22,6 +23,28 @@ export type JsonSchema = ToolDefinition["parameters"]
  */
 export type Handler<A, E, R> = (args: A) => Effect.Effect<string, ToolEnvironmentError | E, R>
 
+/**
+ * Approval by a person only when a pure predicate of the decoded arguments says so. The
+ * `description` is what the snapshot records (the predicate's code cannot be hashed): keep it
+ * stable, and change it when the rule changes.
+ */
+export interface ApprovalWhen<A> {
+  readonly _tag: "When"
+  readonly description: string
+  /** Pure and total: evaluated again on resume; a throw is a defect. */
+  readonly required: (args: A) => boolean
+}
+
+/** A tool's approval rule: every call (`"Required"`), or the calls a predicate picks. */
+export type Approval<A> = "Required" | ApprovalWhen<A>
+
+/** Approval for the calls whose decoded arguments satisfy `required`, described by `description`. */
+export const approvalWhen = <A>(description: string, required: (args: A) => boolean): ApprovalWhen<A> => ({
+  _tag: "When",
+  description,
+  required
+})
+
 /** A tool spec. */
 export interface Tool<A = unknown, E = unknown, R = never> {
   readonly name: string
@@ -37,6 +60,8 @@ export interface Tool<A = unknown, E = unknown, R = never> {
   readonly replayPolicy: ReplayPolicy
   readonly completesRun: boolean
   readonly timeout: Duration.Duration | undefined
+  /** Whether a call needs a person's decision before it runs (design 0160); none when undefined. */
+  readonly approval?: Approval<A> | undefined
 }
 
 /** Any tool, whatever its types (the registry's erased view; arguments are checked by `parameters`). */
@@ -49,6 +74,7 @@ export interface Any {
   readonly replayPolicy: ReplayPolicy
   readonly completesRun: boolean
   readonly timeout: Duration.Duration | undefined
+  readonly approval?: "Required" | ApprovalWhen<never> | undefined
 }
 
 /** The context a tool's handler needs. */
@@ -67,6 +93,8 @@ export const make = <A, I, E = never, R = never>(options: {
   readonly replayPolicy?: ReplayPolicy
   readonly completesRun?: boolean
   readonly timeout?: Duration.DurationInput
+  /** `"Required"`, or `approvalWhen(description, predicate)`; default none. */
+  readonly approval?: Approval<A>
 }): Tool<A, E, R> => ({
   name: options.name,
   description: options.description,
@@ -75,8 +103,19 @@ export const make = <A, I, E = never, R = never>(options: {
   handler: options.handler,
   replayPolicy: options.replayPolicy ?? "Never",
   completesRun: options.completesRun ?? false,
-  timeout: options.timeout === undefined ? undefined : Duration.decode(options.timeout)
+  timeout: options.timeout === undefined ? undefined : Duration.decode(options.timeout),
+  ...(options.approval === undefined ? {} : { approval: options.approval })
 })
+
+/** How the snapshot records a tool's approval rule: `"Required"`, `"When: <description>"`, or none. */
+export const approvalDescription = (tool: Any): string | undefined =>
+  tool.approval === undefined ? undefined : tool.approval === "Required" ? "Required" : `When: ${tool.approval.description}`
+
+/** Does a call of `tool` with these decoded arguments need a person's decision? */
+export const needsApproval = (tool: Any, args: unknown): boolean =>
+  tool.approval === undefined
+    ? false
+    : tool.approval === "Required" || (tool.approval.required as (args: unknown) => boolean)(args)
 
 /** The same tool with another handler (or none). */
 export const withHandler = <A, E, R, E2, R2>(tool: Tool<A, E, R>, handler: Handler<A, E2, R2> | undefined): Tool<A, E2, R2> => ({
