@@ -7,7 +7,10 @@
  */
 import * as Schema from "effect/Schema"
 
-/** The four synthetic texts. */
+/**
+ * The synthetic texts. `truncated` (design 0140) is optional so that definitions and snapshots
+ * written before it still read; when absent the loop uses `defaults.truncated`.
+ */
 export const SyntheticObservations = Schema.Struct({
   /** Unknown tool, invalid arguments, refused by the executor, wrong action language. */
   notExecuted: Schema.String,
@@ -16,7 +19,12 @@ export const SyntheticObservations = Schema.Struct({
   /** Resume of a step whose action may or may not have run. */
   interrupted: Schema.String,
   /** The nudge after a reply that takes no action. */
-  noAction: Schema.String
+  noAction: Schema.String,
+  /**
+   * The explanation after a reply cut off at the output token limit (never executed, never an
+   * answer); `{tool}` names the calls that were cut ("(none)" for none).
+   */
+  truncated: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export interface SyntheticObservations extends Schema.Schema.Type<typeof SyntheticObservations> {}
@@ -27,8 +35,15 @@ export const defaults: SyntheticObservations = {
   envError: "The environment failed while running {tool}; the run cannot continue.",
   interrupted:
     "The previous action ({tool}) was interrupted and may or may not have taken effect. Check the current state before repeating it.",
-  noAction: "Your reply contained no action. Reply with exactly one action, or give your final answer."
+  noAction: "Your reply contained no action. Reply with exactly one action, or give your final answer.",
+  truncated:
+    "Your previous reply was cut off at the output token limit, so it was not used: no tool was run and it was not taken as your final answer. Reply again, more briefly."
 }
+
+/** The `truncated` text of a set of texts (the default when absent). */
+export const truncatedOf = (texts: SyntheticObservations): string => texts.truncated ?? defaultTruncated
+
+const defaultTruncated: string = defaults.truncated ?? ""
 
 /** The values a template may use. */
 export interface TemplateValues {
