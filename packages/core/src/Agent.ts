@@ -26,6 +26,7 @@ import type { Action } from "./Action.js"
 import { ActionExecutor } from "./ActionExecutor.js"
 import type { ActionOutcome } from "./ActionOutcome.js"
 import * as AgentDefinition from "./AgentDefinition.js"
+import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
@@ -444,10 +445,12 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
   if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
   const differences = Snapshot.diff(started.snapshot, current.value)
+  const tools = Snapshot.changedTools(started.snapshot, current.value)
   return Effect.fail(
     new SnapshotMismatch({
       runId,
-      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]]
+      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]],
+      ...(tools.length > 0 ? { tools } : {})
     })
   )
 }
@@ -582,3 +585,9 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
       })
     )
   }).pipe(Effect.withSpan("Agent.run", { attributes: { "polyloop.run_id": request.runId, "polyloop.agent": request.agent.name } }))
+
+/**
+ * Records a person's decision on a call a suspended run waits for (design 0160); the next
+ * `Agent.run` resumes the run. See `Approval.decide`.
+ */
+export const decide = Approval.decide
