@@ -12,6 +12,10 @@
  * after the call returned. A `ModelClient` that keeps a request beyond the call must copy the
  * messages (or remember their count).
  *
+ * Why over ~400 lines: the loop is read top to bottom as one state machine (start or resume,
+ * step, judgment, finish), and issues 14–16 and 18 are changing it at the same time; it is to be
+ * split by concern (resume, step execution, judgment) once those have landed, not under them.
+ *
  * @since 0.1.0
  */
 import * as Clock from "effect/Clock"

@@ -151,7 +151,7 @@ export const connect = (options: Options): Effect.Effect<McpClient.Service, McpE
     yield* Effect.tryPromise({
       try: (signal) => client.connect(sdk, { signal, timeout: requestTimeout }),
       catch: (error) => new McpError({ reason: "Connect", server, message: withStderr(`cannot connect to MCP server ${server}: ${messageOf(error)}`), cause: error })
-    })
+    }).pipe(Effect.withSpan("McpClient.connect", { attributes: { "mcp.server": server } }))
     const listTools = Effect.tryPromise({
       try: async (signal) => {
         const tools: Array<McpTool> = []
@@ -164,7 +164,7 @@ export const connect = (options: Options): Effect.Effect<McpClient.Service, McpE
         return tools as ReadonlyArray<McpTool>
       },
       catch: (error) => new McpError({ reason: "ListTools", server, message: withStderr(`tools/list on MCP server ${server} failed: ${messageOf(error)}`), cause: error })
-    })
+    }).pipe(Effect.withSpan("McpClient.listTools", { attributes: { "mcp.server": server } }))
     const callTool = (name: string, args: unknown, callOptions?: CallOptions): Effect.Effect<McpCallResult, ToolEnvironmentError> =>
       Effect.tryPromise({
         // The signal aborts when the fiber is interrupted: the SDK then sends notifications/cancelled
@@ -177,7 +177,7 @@ export const connect = (options: Options): Effect.Effect<McpClient.Service, McpE
           ) as Promise<McpCallResult>,
         catch: (error) =>
           new ToolEnvironmentError({ message: withStderr(`MCP server ${server}: tools/call "${name}" failed: ${messageOf(error)}`), cause: error })
-      })
+      }).pipe(Effect.withSpan("McpClient.callTool", { attributes: { "mcp.server": server, "mcp.tool": name } }))
     const version = client.getServerVersion()
     return {
       server,
