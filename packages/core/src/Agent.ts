@@ -34,7 +34,9 @@ import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
+import * as Fork from "./Fork.js"
 import { type ResultId, RunId, type StepIndex } from "./Ids.js"
+import * as Fingerprint from "./internal/fingerprint.js"
 import * as History from "./internal/history.js"
 import * as State from "./internal/state.js"
 import * as Tracing from "./internal/tracing.js"
@@ -113,6 +115,8 @@ interface Run {
   readonly texts: History.Texts
   readonly schedule: Schedule.Schedule<unknown, ModelError>
   readonly modelTools: ReadonlyArray<ToolDefinition>
+  /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
+  readonly fingerprint: Fingerprint.Fingerprinter
   readonly maxDurationMillis: number | undefined
   /** Whether a tracer listens (see `traced`): per-step spans cost more than the rest of a step. */
   readonly traced: boolean
@@ -404,7 +408,13 @@ const runStep = (run: Run): Effect.Effect<void, RunError> => {
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
     Effect.flatMap(generate(run, step), (reply) => {
-      const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
+      const replied: RunLog.ModelReplied = {
+        _tag: "ModelReplied",
+        seq: run.state.seq,
+        step: asStep(step),
+        reply,
+        requestHash: run.fingerprint.hash(run.state.messages)
+      }
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
         return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
@@ -496,6 +506,12 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
   })
 
 /**
+ * Forks a recorded run at a step into a new run (`Fork.fork`, design 0170): the new log holds
+ * the parent's steps before `atStep` and `forkedFrom`; `run` on the new id continues from there.
+ */
+export const fork = Fork.fork
+
+/**
  * Runs `request.agent` on `request.task` under `request.runId`, durably. The run is claimed
  * first (for the whole run), then its log is read once and decides:
  *
@@ -560,6 +576,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           observationLimit: agent.observationLimit
         })
         const messages = History.initial(agent.systemPrompt, request.task)
+        const modelTools = request.tools.modelView()
         const current: Run = {
           runId,
           request,
@@ -571,7 +588,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           sink,
           texts,
           schedule: AgentDefinition.retrySchedule(agent.modelRetry),
-          modelTools: request.tools.modelView(),
+          modelTools,
+          fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           traced: Tracing.isTraced(tracer),
           silent: EventSink.isNoop(sink),
@@ -581,7 +599,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         if (Option.isSome(log.started)) {
           const rebuilt = yield* State.rebuild(runId, log, messages, texts)
           current.state = rebuilt.state
-          yield* resume(current, rebuilt.interrupted)
+          // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
+          if (!Fork.isUntouched(log)) yield* resume(current, rebuilt.interrupted)
         } else {
           yield* start(current, snapshot)
         }

@@ -68,27 +68,30 @@ export interface Input {
  * The synthetic texts as the snapshot holds them: the `rejected` text is recorded when it is set
  * or when some tool declares approval (with the default), and absent otherwise (design 0160).
  */
-const syntheticOf = (input: Input): SyntheticObservations.SyntheticObservations => {
-  const synthetic = input.agent.syntheticObservations
-  if (synthetic.rejected !== undefined || !input.tools.tools.some((tool) => tool.approval !== undefined)) return synthetic
+const syntheticOf = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): SyntheticObservations.SyntheticObservations => {
+  const synthetic = agent.syntheticObservations
+  if (synthetic.rejected !== undefined || !tools.some((tool) => tool.approval !== undefined)) return synthetic
   return { ...synthetic, rejected: SyntheticObservations.defaultRejected }
 }
 
-/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
-export const make = (input: Input): Snapshot => ({
-  polyloop: version,
-  agent: {
-    name: input.agent.name,
-    systemPrompt: input.agent.systemPrompt,
-    modelSettings: input.agent.modelSettings,
-    budget: input.agent.budget,
-    syntheticObservations: syntheticOf(input),
-    observationLimit: input.agent.observationLimit ?? null,
-    historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
-  },
-  task: input.task,
-  tools: input.tools.modelView().map((view) => {
-    const tool = input.tools.get(view.name)
+/**
+ * The agent part of a snapshot: the whole definition except `modelRetry`, defaults filled in,
+ * for a run with these tools (as `toolsPart` gives them).
+ */
+export const agentPart = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): Snapshot["agent"] => ({
+  name: agent.name,
+  systemPrompt: agent.systemPrompt,
+  modelSettings: agent.modelSettings,
+  budget: agent.budget,
+  syntheticObservations: syntheticOf(agent, tools),
+  observationLimit: agent.observationLimit ?? null,
+  historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
+})
+
+/** The tools part of a snapshot: the registry's model view with replay policies, completion markers and approvals. */
+export const toolsPart = (registry: ToolRegistry<unknown>): Snapshot["tools"] =>
+  registry.modelView().map((view) => {
+    const tool = registry.get(view.name)
     const approval = tool._tag === "Some" ? approvalDescription(tool.value) : undefined
     return {
       name: view.name,
@@ -98,9 +101,13 @@ export const make = (input: Input): Snapshot => ({
       completesRun: tool._tag === "Some" ? tool.value.completesRun : false,
       ...(approval === undefined ? {} : { approval })
     }
-  }),
-  parser: input.parserId
-})
+  })
+
+/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
+export const make = (input: Input): Snapshot => {
+  const tools = toolsPart(input.tools)
+  return { polyloop: version, agent: agentPart(input.agent, tools), task: input.task, tools, parser: input.parserId }
+}
 
 const isPlainObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
   typeof value === "object" && value !== null && !Array.isArray(value)

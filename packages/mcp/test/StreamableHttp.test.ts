@@ -32,7 +32,7 @@ const setup = Effect.gen(function*() {
 
 const call = (name: string, args: unknown = {}) => ({ _tag: "ToolCall" as const, id: `id-${name}`, name, arguments: args })
 
-describe.sequential("Streamable HTTP on loopback", () => {
+describe.sequential("Streamable HTTP on loopback", { timeout: 180_000 }, () => {
   it.scopedLive("lists, validates, calls; isError is Executed", () =>
     Effect.gen(function*() {
       const { client, executor, file, registry } = yield* setup

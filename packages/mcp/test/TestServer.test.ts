@@ -53,7 +53,7 @@ const isAlive = (pid: number): boolean => {
   }
 }
 
-describe.sequential("a server written with the SDK, over stdio", () => {
+describe.sequential("a server written with the SDK, over stdio", { timeout: 180_000 }, () => {
   it.scopedLive("lists every page, in order; a tool with only a title is described by it; policies from annotations", () =>
     Effect.gen(function*() {
       const { registry } = yield* setup()
