@@ -29,13 +29,10 @@ const cleanEnv = (): NodeJS.ProcessEnv => {
   return env
 }
 
-/** `npx tsx examples/<file>` from `cwd`. */
-const example = (
-  file: string,
-  options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv; readonly args?: ReadonlyArray<string> } = {}
-): Promise<Result> =>
+/** `node <argv>` from `cwd`, with a clean environment. */
+const node = (argv: ReadonlyArray<string>, options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}): Promise<Result> =>
   new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [tsxCli, path.join(root, "examples", file), ...(options.args ?? [])], {
+    const child = spawn(process.execPath, argv, {
       cwd: options.cwd ?? root,
       env: { ...cleanEnv(), ...options.env },
       stdio: ["ignore", "pipe", "pipe"]
@@ -47,6 +44,12 @@ const example = (
     child.on("error", reject)
     child.on("close", (code) => resolve({ code, stdout, stderr }))
   })
+
+/** `npx tsx examples/<file> [args]` from `cwd`. */
+const example = (
+  file: string,
+  options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv; readonly args?: ReadonlyArray<string> } = {}
+): Promise<Result> => node([tsxCli, path.join(root, "examples", file), ...(options.args ?? [])], options)
 
 const occurrences = (text: string, part: string): number => text.split(part).length - 1
 
@@ -124,16 +127,7 @@ describe("examples", () => {
   it("approval.ts: the refund suspends, polyloop approve decides in another process, the next run resumes and refunds once; a rejection is told to the model", async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-approval-"))
     const launcher = path.join(root, "packages", "cli", "bin", "polyloop.js")
-    const polyloop = (args: ReadonlyArray<string>) =>
-      new Promise<Result>((resolve, reject) => {
-        const child = spawn(process.execPath, [launcher, ...args], { cwd: dir, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] })
-        let stdout = ""
-        let stderr = ""
-        child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-        child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-        child.on("error", reject)
-        child.on("close", (code) => resolve({ code, stdout, stderr }))
-      })
+    const polyloop = (args: ReadonlyArray<string>) => node([launcher, ...args], { cwd: dir })
     try {
       const first = await example("approval.ts", { cwd: dir })
       assert.strictEqual(first.code, 0, first.stderr)
