@@ -218,7 +218,7 @@ const assertPrefixConsistent = (
       case "StepCompleted":
         assert.isTrue(replied, `${where}: a step completed without its reply`)
         assert.strictEqual(r.step, step, where)
-        assert.strictEqual(r.resultId, result?.resultId ?? null, where)
+        assert.deepStrictEqual(r.resultIds, result === null ? [] : [result.resultId], where)
         if (result !== null) assert.strictEqual(result.seq, r.seq - 1, `${where}: the result and the completion are not adjacent`)
         step++
         replied = false
@@ -322,7 +322,7 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
       const b = got.log.replies[k]!
       assert.deepStrictEqual(b.reply, a.reply, `reply of step ${k}`)
       assert.deepStrictEqual(got.log.steps[k]!.decision, ref.log.steps[k]!.decision, `decision of step ${k}`)
-      assert.deepStrictEqual(got.log.steps[k]!.resultId, ref.log.steps[k]!.resultId, `result id of step ${k}`)
+      assert.deepStrictEqual(got.log.steps[k]!.resultIds, ref.log.steps[k]!.resultIds, `result ids of step ${k}`)
     }
     assert.strictEqual(got.log.results.length, ref.log.results.length)
     for (let i = 0; i < ref.log.results.length; i++) {

@@ -27,7 +27,7 @@ export const control: { block: Map<string, Deferred.Deferred<void>> } = { block:
 /** Every handler call that returned or blocked, as `${runId}:${step}:${tool}`. */
 export const calls: Array<string> = []
 
-const handled = (tool: string, result: (args: never) => string) => (args: never) =>
+const handled = <A>(tool: string, result: (args: A) => string) => (args: A) =>
   Effect.gen(function*() {
     const ctx = yield* ToolContext.ToolContext
     calls.push(`${ctx.runId}:${ctx.step}:${tool}`)

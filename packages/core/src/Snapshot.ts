@@ -40,7 +40,9 @@ export const Snapshot = Schema.Struct({
     budget: Budget,
     syntheticObservations: SyntheticObservations,
     observationLimit: Schema.NullOr(Schema.Int),
-    historyRendering: AgentDefinition.HistoryRendering
+    historyRendering: AgentDefinition.HistoryRendering,
+    /** Whether a step runs several calls of a reply (design 0150); absent in snapshots of version-1 logs, read as false. */
+    parallelToolCalls: Schema.Boolean
   }),
   task: Schema.String,
   tools: Schema.Array(SnapshotTool),
@@ -56,6 +58,11 @@ export interface Input {
   readonly tools: ToolRegistry<unknown>
   /** The decision parser's `id`. */
   readonly parserId: string
+  /**
+   * The value of `parallelToolCalls` when the agent leaves it unset: true for a new run; for a
+   * resumed run, what its recorded snapshot says (`parallelToolCallsOf`). Default true.
+   */
+  readonly defaultParallelToolCalls?: boolean
 }
 
 /** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
@@ -68,7 +75,8 @@ export const make = (input: Input): Snapshot => ({
     budget: input.agent.budget,
     syntheticObservations: input.agent.syntheticObservations,
     observationLimit: input.agent.observationLimit ?? null,
-    historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
+    historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering,
+    parallelToolCalls: input.agent.parallelToolCalls ?? input.defaultParallelToolCalls ?? true
   },
   task: input.task,
   tools: input.tools.modelView().map((view) => {
@@ -86,6 +94,24 @@ export const make = (input: Input): Snapshot => ({
 
 const isPlainObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * A recorded snapshot value read as the current shape: a snapshot recorded before design 0150
+ * has no `agent.parallelToolCalls`, and that run took one action per step, so it reads as
+ * `false`. Any other value is returned as it is.
+ */
+export const upgrade = (recorded: unknown): unknown => {
+  if (!isPlainObject(recorded) || !isPlainObject(recorded.agent) || "parallelToolCalls" in recorded.agent) return recorded
+  return { ...recorded, agent: { ...recorded.agent, parallelToolCalls: false } }
+}
+
+/** The `parallelToolCalls` a recorded snapshot value says the run runs with (after `upgrade`); true if it says nothing readable. */
+export const parallelToolCallsOf = (recorded: unknown): boolean => {
+  const value = upgrade(recorded)
+  return isPlainObject(value) && isPlainObject(value.agent) && typeof value.agent.parallelToolCalls === "boolean"
+    ? value.agent.parallelToolCalls
+    : true
+}
 
 /**
  * Canonical JSON text of a JSON-like value: object keys sorted by code unit, no whitespace,

@@ -98,8 +98,8 @@ describe("JsonActionParser: actions", () => {
     Effect.gen(function*() {
       const parsed = yield* parse("{\"tool\": \"t\", \"__proto__\": {\"polluted\": true}}")
       assert.strictEqual(parsed._tag, "Act")
-      if (parsed._tag === "Act" && parsed.action._tag === "ToolCall") {
-        const args = parsed.action.arguments as Record<string, unknown>
+      if (parsed._tag === "Act" && parsed.actions[0]._tag === "ToolCall") {
+        const args = parsed.actions[0].arguments as Record<string, unknown>
         assert.isTrue(Object.prototype.hasOwnProperty.call(args, "__proto__"))
         assert.strictEqual(Object.getPrototypeOf(args), Object.prototype)
         assert.isUndefined(({} as Record<string, unknown>)["polluted"])

@@ -455,7 +455,7 @@ export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogS
           const log = yield* h.log(Ids.runId("invalid-1"))
           const first = log.steps[0]!
           assert.strictEqual(first.decision._tag, "InvalidDecision")
-          assert.isNull(first.resultId)
+          assert.deepStrictEqual(first.resultIds, [])
           assert.strictEqual(log.results.length, 0)
           const fed = lastMessages(yield* model.requests, 1, 2)
           assert.deepStrictEqual(fed, [
@@ -1112,7 +1112,7 @@ export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogS
           const action = resultOfStep(log, 1)!.action
           assert.strictEqual(action._tag === "ToolCall" ? action.id : "", "call_1")
           const step = log.steps[1]!.decision
-          assert.deepStrictEqual(step._tag === "Act" ? step.action : undefined, action)
+          assert.deepStrictEqual(step._tag === "Act" ? step.actions : undefined, [action])
           assert.deepStrictEqual(f.contexts.map((c) => c.idempotencyKey), ["render-2/0/call_0", "render-2/1/call_1"])
           assert.deepStrictEqual(lastMessages(yield* model.requests, 2, 4), [
             { _tag: "Assistant", text: "I will echo.\nACT {\"tool\":\"echo\",\"arguments\":{\"text\":\"yo\"}}", toolCalls: [] },
@@ -1134,7 +1134,7 @@ export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogS
             { _tag: "User", text: SyntheticObservations.defaults.noAction }
           ])
           const log = yield* h.log(Ids.runId("render-3"))
-          assert.deepStrictEqual(log.steps.map((s) => s.resultId), [Ids.resultIdFor(0), null, null])
+          assert.deepStrictEqual(log.steps.map((s) => s.resultIds), [[Ids.resultIdFor(0)], [], []])
         }))
 
       test("an invalid native reply answers each tool call with the explanation (every call gets an answer)", (h) =>

@@ -18,8 +18,10 @@ export const perform = (store: RunLogStore.Service, runId: RunId, write: Arb.Wri
       return store.start(write.record)
     case "Reply":
       return store.appendReply(runId, write.record)
+    case "Results":
+      return store.appendResults(runId, write.results)
     case "Complete":
-      return store.completeStep(runId, write.result, write.step)
+      return store.completeStep(runId, write.results, write.step)
     case "Resume":
       return store.appendResume(runId, write.record)
     case "Finish":
@@ -30,7 +32,7 @@ export const perform = (store: RunLogStore.Service, runId: RunId, write: Arb.Wri
 /** `start(seq 0)`, `completeStep(seq 7, 8)`, …: a write as the store call it makes. */
 export const describeWrite = (write: Arb.Write): string => {
   const seqs = Arb.recordsOf(write).map((r) => r.seq)
-  const method = { Start: "start", Reply: "appendReply", Complete: "completeStep", Resume: "appendResume", Finish: "finish" }[write._tag]
+  const method = { Start: "start", Reply: "appendReply", Results: "appendResults", Complete: "completeStep", Resume: "appendResume", Finish: "finish" }[write._tag]
   return `${method}(seq ${seqs.join(", ")})`
 }
 
