@@ -85,7 +85,7 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         runId: started.runId,
         started,
         summary,
-        snapshot: decodeSnapshot(started.snapshot),
+        snapshot: decodeSnapshot(Snapshot.upgrade(started.snapshot)),
         steps,
         resumes: log.resumes,
         finished: log.finished

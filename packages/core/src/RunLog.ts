@@ -24,7 +24,7 @@ import { StopReason } from "./StopReason.js"
 export const logVersion = 2
 
 /** A log schema version. Absent (`RunStarted` and `RunResumed` of version 1) means 1. */
-export const LogVersion = Schema.Int.pipe(Schema.positive())
+export const LogVersion = Schema.Int.pipe(Schema.between(1, logVersion))
 
 /** The run began: the task, the snapshot of everything the model can see, and its hash. */
 export const RunStarted = Schema.TaggedStruct("RunStarted", {

@@ -1289,6 +1289,7 @@ export const suite = <E>(name: string, makeStoreLayer: () => Layer.Layer<RunLogS
                     handlerFailed: false
                   }
                 }
+                if (r._tag === "StepCompleted" && r.step === k) return { ...(record as Omit<RunLog.StepCompleted, "seq">), effective: false }
                 if (r._tag === "RunFinished") {
                   const finished = record as Omit<RunLog.RunFinished, "seq">
                   return { ...finished, counters: { ...finished.counters, effectiveSteps: finished.counters.effectiveSteps - 1 } }
