@@ -12,6 +12,10 @@
  * after the call returned. A `ModelClient` that keeps a request beyond the call must copy the
  * messages (or remember their count).
  *
+ * Why over ~400 lines: the loop is read top to bottom as one state machine (start or resume,
+ * step, judgment, finish), and issues 14–16 and 18 are changing it at the same time; it is to be
+ * split by concern (resume, step execution, judgment) once those have landed, not under them.
+ *
  * @since 0.1.0
  */
 import * as Clock from "effect/Clock"
@@ -23,6 +27,7 @@ import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
+import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
@@ -225,10 +230,12 @@ const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapsh
   const recorded = Snapshot.upgrade(started.snapshot)
   if (recorded !== started.snapshot && Snapshot.hash(recorded) === current.hash) return Effect.void
   const differences = Snapshot.diff(recorded, current.value)
+  const tools = Snapshot.changedTools(recorded, current.value)
   return Effect.fail(
     new SnapshotMismatch({
       runId,
-      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]]
+      differences: differences.length > 0 ? differences : [["snapshotHash", started.snapshotHash, current.hash]],
+      ...(tools.length > 0 ? { tools } : {})
     })
   )
 }
@@ -378,3 +385,9 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
       })
     )
   }).pipe(Effect.withSpan("Agent.run", { attributes: { "polyloop.run_id": request.runId, "polyloop.agent": request.agent.name } }))
+
+/**
+ * Records a person's decision on a call a suspended run waits for (design 0160); the next
+ * `Agent.run` resumes the run. See `Approval.decide`.
+ */
+export const decide = Approval.decide

@@ -75,14 +75,20 @@ export const SnapshotDifference = Schema.Tuple(Schema.String, JsonValue, JsonVal
 /** @since 0.1.0 */
 export type SnapshotDifference = typeof SnapshotDifference.Type
 
-/** Resume under another configuration was refused; nothing was written. */
+/**
+ * Resume under another configuration was refused; nothing was written. `tools` names the tools
+ * whose entries differ, were added or were removed (e.g. an MCP server's tool that changed
+ * between start and resume; design 0230).
+ */
 export class SnapshotMismatch extends Schema.TaggedError<SnapshotMismatch>()("SnapshotMismatch", {
   runId: Schema.String,
-  differences: Schema.Array(SnapshotDifference)
+  differences: Schema.Array(SnapshotDifference),
+  tools: Schema.optional(Schema.Array(Schema.String))
 }) {
   override get message(): string {
     const paths = this.differences.map(([path]) => path || "(root)")
-    return `run ${this.runId} was started with another configuration; differing: ${paths.join(", ")}`
+    const tools = this.tools === undefined || this.tools.length === 0 ? "" : `; tools changed: ${this.tools.join(", ")}`
+    return `run ${this.runId} was started with another configuration; differing: ${paths.join(", ")}${tools}`
   }
 }
 

@@ -1,6 +1,8 @@
 /**
- * The run log: six record kinds and the `RunLog` a store reads back (SPEC §7). History is
- * rebuilt from the log, never stored separately.
+ * The run log: the record kinds and the `RunLog` a store reads back (SPEC §7). History is
+ * rebuilt from the log, never stored separately. `ApprovalRequested` / `ApprovalDecided`
+ * (design 0160) are absent from logs written before approvals existed; such logs read back
+ * with `approvals` empty.
  *
  * @since 0.1.0
  */
@@ -124,10 +126,67 @@ export const RunFinished = Schema.TaggedStruct("RunFinished", {
 /** @since 0.1.0 */
 export interface RunFinished extends Schema.Schema.Type<typeof RunFinished> {}
 
-/** Any record. */
-export const RunRecord = Schema.Union(RunStarted, ModelReplied, ActionResulted, StepCompleted, RunResumed, RunFinished)
+/** A person's decision on a call: run it, or not (with the reason, which the model is told). */
+export const Decision = Schema.Union(
+  Schema.TaggedStruct("Approve", {}),
+  Schema.TaggedStruct("Reject", { reason: Schema.String })
+)
 /** @since 0.1.0 */
-export type RunRecord = RunStarted | ModelReplied | ActionResulted | StepCompleted | RunResumed | RunFinished
+export type Decision = typeof Decision.Type
+
+/**
+ * The call `callId` of `step` needs a person's decision before it runs (design 0160). The run
+ * suspends once every such call of the step is requested. `actionHash` binds the decision to
+ * exactly this action of this step of this run (`Approval.actionHash`); `at` is epoch ms.
+ */
+export const ApprovalRequested = Schema.TaggedStruct("ApprovalRequested", {
+  seq: Seq,
+  step: StepIndex,
+  callId: Schema.String,
+  action: Action,
+  actionHash: Schema.String,
+  at: Schema.Finite
+})
+/** @since 0.1.0 */
+export interface ApprovalRequested extends Schema.Schema.Type<typeof ApprovalRequested> {}
+
+/** A person (`by`) decided on a requested call; `actionHash` is the request's. The first decision stands. */
+export const ApprovalDecided = Schema.TaggedStruct("ApprovalDecided", {
+  seq: Seq,
+  step: StepIndex,
+  callId: Schema.String,
+  actionHash: Schema.String,
+  decision: Decision,
+  by: Schema.String,
+  at: Schema.Finite
+})
+/** @since 0.1.0 */
+export interface ApprovalDecided extends Schema.Schema.Type<typeof ApprovalDecided> {}
+
+/** An approval record. */
+export type ApprovalRecord = ApprovalRequested | ApprovalDecided
+
+/** Any record. */
+export const RunRecord = Schema.Union(
+  RunStarted,
+  ModelReplied,
+  ActionResulted,
+  StepCompleted,
+  RunResumed,
+  RunFinished,
+  ApprovalRequested,
+  ApprovalDecided
+)
+/** @since 0.1.0 */
+export type RunRecord =
+  | RunStarted
+  | ModelReplied
+  | ActionResulted
+  | StepCompleted
+  | RunResumed
+  | RunFinished
+  | ApprovalRequested
+  | ApprovalDecided
 
 /** The kind of a record. */
 export type RecordKind = RunRecord["_tag"]
@@ -139,7 +198,9 @@ export const recordKinds: ReadonlyArray<RecordKind> = [
   "ActionResulted",
   "StepCompleted",
   "RunResumed",
-  "RunFinished"
+  "RunFinished",
+  "ApprovalRequested",
+  "ApprovalDecided"
 ]
 
 /**
@@ -153,6 +214,8 @@ export const RunLog = Schema.Struct({
   results: Schema.Array(ActionResulted),
   steps: Schema.Array(StepCompleted),
   resumes: Schema.Array(RunResumed),
+  /** Approval requests and decisions (design 0160), in write order. */
+  approvals: Schema.Array(Schema.Union(ApprovalRequested, ApprovalDecided)),
   finished: Schema.OptionFromSelf(RunFinished)
 })
 /** @since 0.1.0 */
@@ -165,6 +228,7 @@ export const empty: RunLog = {
   results: [],
   steps: [],
   resumes: [],
+  approvals: [],
   finished: Option.none()
 }
 
@@ -175,7 +239,8 @@ export const isEmpty = (log: RunLog): boolean =>
   log.replies.length === 0 &&
   log.results.length === 0 &&
   log.steps.length === 0 &&
-  log.resumes.length === 0
+  log.resumes.length === 0 &&
+  log.approvals.length === 0
 
 /** The number of records in the log: also the sequence number of the next record. */
 export const size = (log: RunLog): number =>
@@ -184,6 +249,7 @@ export const size = (log: RunLog): number =>
   log.results.length +
   log.steps.length +
   log.resumes.length +
+  log.approvals.length +
   (Option.isSome(log.finished) ? 1 : 0)
 
 /** The sequence number the next record must carry. */
@@ -197,6 +263,7 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
   const results: Array<ActionResulted> = []
   const steps: Array<StepCompleted> = []
   const resumes: Array<RunResumed> = []
+  const approvals: Array<ApprovalRecord> = []
   for (const record of records) {
     switch (record._tag) {
       case "RunStarted":
@@ -217,9 +284,13 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
       case "RunFinished":
         finished = Option.some(record)
         break
+      case "ApprovalRequested":
+      case "ApprovalDecided":
+        approvals.push(record)
+        break
     }
   }
-  return { started, replies, results: inCallOrder(results), steps, resumes, finished }
+  return { started, replies, results: inCallOrder(results), steps, resumes, approvals, finished }
 }
 
 /** Results in step order and, within a step, in call order (sorted only when some are not). */
@@ -249,7 +320,7 @@ export const resultsByStep = (log: RunLog): ReadonlyMap<number, ReadonlyArray<Ac
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
   const all: Array<RunRecord> = []
   if (Option.isSome(log.started)) all.push(log.started.value)
-  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes)
+  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals)
   if (Option.isSome(log.finished)) all.push(log.finished.value)
   return all.sort((a, b) => a.seq - b.seq)
 }

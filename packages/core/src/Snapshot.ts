@@ -12,7 +12,8 @@ import * as AgentDefinition from "./AgentDefinition.js"
 import { Budget } from "./Budget.js"
 import type { SnapshotDifference } from "./Errors.js"
 import { ModelSettings } from "./ModelSettings.js"
-import { SyntheticObservations } from "./SyntheticObservations.js"
+import { defaultRejected, SyntheticObservations } from "./SyntheticObservations.js"
+import { approvalDescription } from "./Tool.js"
 import type { ToolRegistry } from "./ToolRegistry.js"
 
 /** polyloop's major.minor version, part of every snapshot (a new minor may render history differently). */
@@ -25,7 +26,12 @@ export const SnapshotTool = Schema.Struct({
   /** The JSON Schema of the parameters, as sent to the model. */
   parameters: Schema.Unknown,
   replayPolicy: ReplayPolicy,
-  completesRun: Schema.Boolean
+  completesRun: Schema.Boolean,
+  /**
+   * The tool's approval rule (design 0160): `"Required"` or `"When: <description>"`. Absent for
+   * a tool without one, so snapshots of configurations without approvals keep their hash.
+   */
+  approval: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export interface SnapshotTool extends Schema.Schema.Type<typeof SnapshotTool> {}
@@ -65,6 +71,16 @@ export interface Input {
   readonly defaultParallelToolCalls?: boolean
 }
 
+/**
+ * The synthetic texts as the snapshot holds them: the `rejected` text is recorded when it is set
+ * or when some tool declares approval (with the default), and absent otherwise (design 0160).
+ */
+const syntheticOf = (input: Input): SyntheticObservations => {
+  const synthetic = input.agent.syntheticObservations
+  if (synthetic.rejected !== undefined || !input.tools.tools.some((tool) => tool.approval !== undefined)) return synthetic
+  return { ...synthetic, rejected: defaultRejected }
+}
+
 /** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
 export const make = (input: Input): Snapshot => ({
   polyloop: version,
@@ -73,7 +89,7 @@ export const make = (input: Input): Snapshot => ({
     systemPrompt: input.agent.systemPrompt,
     modelSettings: input.agent.modelSettings,
     budget: input.agent.budget,
-    syntheticObservations: input.agent.syntheticObservations,
+    syntheticObservations: syntheticOf(input),
     observationLimit: input.agent.observationLimit ?? null,
     historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering,
     parallelToolCalls: input.agent.parallelToolCalls ?? input.defaultParallelToolCalls ?? true
@@ -81,12 +97,14 @@ export const make = (input: Input): Snapshot => ({
   task: input.task,
   tools: input.tools.modelView().map((view) => {
     const tool = input.tools.get(view.name)
+    const approval = tool._tag === "Some" ? approvalDescription(tool.value) : undefined
     return {
       name: view.name,
       description: view.description,
       parameters: view.parameters,
       replayPolicy: tool._tag === "Some" ? tool.value.replayPolicy : "Never",
-      completesRun: tool._tag === "Some" ? tool.value.completesRun : false
+      completesRun: tool._tag === "Some" ? tool.value.completesRun : false,
+      ...(approval === undefined ? {} : { approval })
     }
   }),
   parser: input.parserId
@@ -198,4 +216,31 @@ export const diff = (recorded: unknown, current: unknown): ReadonlyArray<Snapsho
   }
   walk("", recorded, current)
   return out
+}
+
+const toolsByName = (snapshot: unknown): Map<string, unknown> => {
+  const out = new Map<string, unknown>()
+  const tools = isPlainObject(snapshot) ? snapshot["tools"] : undefined
+  if (!Array.isArray(tools)) return out
+  for (const tool of tools) {
+    if (isPlainObject(tool) && typeof tool["name"] === "string") out.set(tool["name"], tool)
+  }
+  return out
+}
+
+/**
+ * The names of the tools whose snapshot entries differ between two recorded snapshot values
+ * (schema, description, replay policy, completion marker), were added or were removed: recorded
+ * order first, then the added ones (design 0230). A tool that only moved is not listed.
+ */
+export const changedTools = (recorded: unknown, current: unknown): ReadonlyArray<string> => {
+  const before = toolsByName(recorded)
+  const after = toolsByName(current)
+  const changed: Array<string> = []
+  for (const [name, tool] of before) {
+    const now = after.get(name)
+    if (now === undefined || canonicalJson(now) !== canonicalJson(tool)) changed.push(name)
+  }
+  for (const name of after.keys()) if (!before.has(name)) changed.push(name)
+  return changed
 }

@@ -1,7 +1,8 @@
 /**
  * Texts the library writes into history instead of the executor's own (design 0007,
  * decision 2). Templates may use `{tool}`, `{issues}` and `{tools}`; the library fills them
- * from the validation result, a pure function of the snapshot and the reply.
+ * from the validation result, a pure function of the snapshot and the reply. The optional
+ * `rejected` text (design 0160) may use `{tool}` and `{reason}`: a call a person rejected.
  *
  * @since 0.1.0
  */
@@ -16,7 +17,12 @@ export const SyntheticObservations = Schema.Struct({
   /** Resume of a step whose action may or may not have run. */
   interrupted: Schema.String,
   /** The nudge after a reply that takes no action. */
-  noAction: Schema.String
+  noAction: Schema.String,
+  /**
+   * A call a person rejected (design 0160); `{reason}` is theirs. Optional: when absent and a
+   * tool declares approval, `defaultRejected` is used (and recorded in the snapshot).
+   */
+  rejected: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export interface SyntheticObservations extends Schema.Schema.Type<typeof SyntheticObservations> {}
@@ -29,6 +35,13 @@ export const defaults: SyntheticObservations = {
     "The previous action ({tool}) was interrupted and may or may not have taken effect. Check the current state before repeating it.",
   noAction: "Your reply contained no action. Reply with exactly one action, or give your final answer."
 }
+
+/** The `rejected` text used when a definition sets none (design 0160). */
+export const defaultRejected = "The call to {tool} was rejected by a person and was not executed. Reason: {reason}"
+
+/** Fills the `rejected` template: `{tool}` and `{reason}` (unknown braces are left as written). Pure. */
+export const fillRejected = (template: string, values: { readonly tool: string; readonly reason: string }): string =>
+  template.replace(/\{(tool|reason)\}/g, (_, key: "tool" | "reason") => values[key])
 
 /** The values a template may use. */
 export interface TemplateValues {

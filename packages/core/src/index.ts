@@ -30,6 +30,11 @@ export * as Agent from "./Agent.js"
 export * as AgentDefinition from "./AgentDefinition.js"
 
 /**
+ * Human approval that survives restarts (design 0160). A tool declares `approval` (see `Tool`); when a step's call needs it, the loop records `ApprovalRequested` and `Agent.run` stops with `Suspended`, holding nothing. `decide` records a person's `ApprovalDecided`, bound to the requested action's hash; the next `Agent.run` resumes: an approved call runs once, a rejected one is `NotExecuted` with the `rejected` text.
+ */
+export * as Approval from "./Approval.js"
+
+/**
  * The four budget items (the seeds: "budget is four items, not two counters").
  */
 export * as Budget from "./Budget.js"
@@ -100,7 +105,7 @@ export * as NativeToolCallParser from "./NativeToolCallParser.js"
 export * as ParsedReply from "./ParsedReply.js"
 
 /**
- * The run log: six record kinds and the `RunLog` a store reads back (SPEC §7). History is rebuilt from the log, never stored separately.
+ * The run log: the record kinds and the `RunLog` a store reads back (SPEC §7). History is rebuilt from the log, never stored separately. `ApprovalRequested` / `ApprovalDecided` (design 0160) are absent from logs written before approvals existed; such logs read back with `approvals` empty.
  */
 export * as RunLog from "./RunLog.js"
 
@@ -120,12 +125,12 @@ export * as Snapshot from "./Snapshot.js"
 export * as StopReason from "./StopReason.js"
 
 /**
- * Texts the library writes into history instead of the executor's own (design 0007, decision 2). Templates may use `{tool}`, `{issues}` and `{tools}`; the library fills them from the validation result, a pure function of the snapshot and the reply.
+ * Texts the library writes into history instead of the executor's own (design 0007, decision 2). Templates may use `{tool}`, `{issues}` and `{tools}`; the library fills them from the validation result, a pure function of the snapshot and the reply. The optional `rejected` text (design 0160) may use `{tool}` and `{reason}`: a call a person rejected.
  */
 export * as SyntheticObservations from "./SyntheticObservations.js"
 
 /**
- * A tool: name, description, a parameter Schema (decoded from the call's arguments; JSON Schema derived for the model), an optional handler, a replay policy and a completion marker (design 0008). The implementation hangs on the spec, so narrowing a registry carries it along.
+ * A tool: name, description, a parameter Schema (decoded from the call's arguments; JSON Schema derived for the model), an optional handler, a replay policy, a completion marker (design 0008) and an optional approval rule (design 0160). The implementation hangs on the spec, so narrowing a registry carries it along.
  */
 export * as Tool from "./Tool.js"
 
