@@ -78,8 +78,10 @@ const oneLine = (text: string, max = 110): string => {
 const print = (event: LoopEvent): Effect.Effect<void> => {
   switch (event._tag) {
     case "DecisionParsed":
-      return event.decision._tag === "Act" && event.decision.action._tag === "ToolCall"
-        ? Console.log(`step ${event.step}: ${event.decision.action.name} ${JSON.stringify(event.decision.action.arguments)}`)
+      return event.decision._tag === "Act"
+        ? Console.log(`step ${event.step}: ${
+          event.decision.actions.map((a) => a._tag === "ToolCall" ? `${a.name} ${JSON.stringify(a.arguments)}` : a.language).join(", ")
+        }`)
         : Console.log(`step ${event.step}: ${event.decision._tag}`)
     case "ActionExecuted":
       return Console.log(`        ${event.outcome.status}${event.outcome.observationIsSynthetic ? " (synthetic)" : ""}: ${oneLine(event.outcome.observation)}`)

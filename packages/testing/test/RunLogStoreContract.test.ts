@@ -199,7 +199,7 @@ describe("RunLogStoreContract", () => {
     {
       name: "a store whose completeStep yields between its two writes",
       props: () => RunLogStoreContract.properties(layerOf(() => twoCallFront(RunLogStore.makeMemoryBackend(), Effect.yieldNow()))),
-      breaks: { atomicUnderInterruption: /shows neither the log before it nor the log with both records/ }
+      breaks: { atomicUnderInterruption: /shows neither the log before it nor the log with all its records/ }
     },
     {
       name: "a store whose interrupted operations keep a permit",
