@@ -321,10 +321,13 @@ const concurrent = (
       }
       return Effect.flatMap(ran(run, step, i, action), (p) => {
         if (p.outcome.status === "EnvError") envFailed = true
+        // Suspended: the sequence number is taken once the lock is held.
         return lock.withPermits(1)(
-          Effect.map(writeResults(run, step, [p], resumed), (records) => {
-            written[i] = records[0]
-          })
+          Effect.suspend(() =>
+            Effect.map(writeResults(run, step, [p], resumed), (records) => {
+              written[i] = records[0]
+            })
+          )
         )
       })
     })
