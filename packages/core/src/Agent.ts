@@ -40,6 +40,7 @@ import * as Fingerprint from "./internal/fingerprint.js"
 import * as History from "./internal/history.js"
 import * as State from "./internal/state.js"
 import * as Tracing from "./internal/tracing.js"
+import * as Truncation from "./internal/truncation.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import { ModelClient, type ModelRequest, type ToolDefinition } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
@@ -112,7 +113,7 @@ interface Run {
   readonly derived: DerivedExecutor | undefined
   readonly sink: EventSink.EventSink.Service
   readonly texts: History.Texts
-  readonly schedule: Schedule.Schedule<unknown>
+  readonly schedule: Schedule.Schedule<unknown, ModelError>
   readonly modelTools: ReadonlyArray<ToolDefinition>
   /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
   readonly fingerprint: Fingerprint.Fingerprinter
@@ -376,9 +377,14 @@ const generate = (run: Run, step: number) => {
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
   // `maxAttempts` times in all. Every failed attempt is logged.
+  // A retryable error whose `retryAfter` hint is beyond `modelRetry.maxDelay` is not retried:
+  // the step fails at once, the message saying why (design 0140).
+  const retry = run.request.agent.modelRetry
+  const waitable = (error: ModelError) => error.retryable && AgentDefinition.exceedsMaxDelay(retry, error) === undefined
+  const explained = (error: ModelError) => AgentDefinition.exceedsMaxDelay(retry, error) ?? error
   return call.pipe(
     Effect.catchAll((first) => {
-      if (!first.retryable) return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
+      if (!waitable(first)) return Effect.zipRight(logModelFailure(step, first), Effect.fail(explained(first)))
       const logged = Effect.tapError(call, (error) => logModelFailure(step, error))
       let replayed = false
       const again = Effect.suspend(() => {
@@ -386,11 +392,15 @@ const generate = (run: Run, step: number) => {
         replayed = true
         return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
       })
-      return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
+      return Effect.mapError(Effect.retry(again, { schedule: run.schedule, while: waitable }), explained)
     }),
     span(run, "Agent.model", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))
   )
 }
+
+/** The decision of a reply: the parser's, or `InvalidDecision` for a reply cut off at the output limit (design 0140). */
+const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
+  Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
 
 /** One live step: model call, durable reply, parse, then `settle`. */
 const runStep = (run: Run): Effect.Effect<void, RunError> => {
@@ -408,7 +418,7 @@ const runStep = (run: Run): Effect.Effect<void, RunError> => {
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
         return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
-          Effect.flatMap(run.parser.parse(reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
+          Effect.flatMap(decideReply(run, reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
       })
     }))
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
@@ -447,7 +457,7 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
   })
 
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
-  if (started.snapshotHash === current.hash) return Effect.void
+  if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
   const differences = Snapshot.diff(started.snapshot, current.value)
   const tools = Snapshot.changedTools(started.snapshot, current.value)
   return Effect.fail(
@@ -487,7 +497,7 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
     if (Option.isSome(interrupted)) {
       const reply = interrupted.value.reply
       yield* Effect.gen(function*() {
-        const decision = yield* run.parser.parse(reply)
+        const decision = yield* decideReply(run, reply)
         yield* settle(run, fromStep, reply, decision, at, true)
       }).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))

@@ -12,7 +12,7 @@ import * as AgentDefinition from "./AgentDefinition.js"
 import { Budget } from "./Budget.js"
 import type { SnapshotDifference } from "./Errors.js"
 import { ModelSettings } from "./ModelSettings.js"
-import { defaultRejected, SyntheticObservations } from "./SyntheticObservations.js"
+import * as SyntheticObservations from "./SyntheticObservations.js"
 import { approvalDescription } from "./Tool.js"
 import type { ToolRegistry } from "./ToolRegistry.js"
 
@@ -44,7 +44,7 @@ export const Snapshot = Schema.Struct({
     systemPrompt: Schema.String,
     modelSettings: ModelSettings,
     budget: Budget,
-    syntheticObservations: SyntheticObservations,
+    syntheticObservations: SyntheticObservations.SyntheticObservations,
     observationLimit: Schema.NullOr(Schema.Int),
     historyRendering: AgentDefinition.HistoryRendering
   }),
@@ -68,10 +68,10 @@ export interface Input {
  * The synthetic texts as the snapshot holds them: the `rejected` text is recorded when it is set
  * or when some tool declares approval (with the default), and absent otherwise (design 0160).
  */
-const syntheticOf = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): SyntheticObservations => {
+const syntheticOf = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): SyntheticObservations.SyntheticObservations => {
   const synthetic = agent.syntheticObservations
   if (synthetic.rejected !== undefined || !tools.some((tool) => tool.approval !== undefined)) return synthetic
-  return { ...synthetic, rejected: defaultRejected }
+  return { ...synthetic, rejected: SyntheticObservations.defaultRejected }
 }
 
 /**
@@ -197,6 +197,30 @@ export const diff = (recorded: unknown, current: unknown): ReadonlyArray<Snapsho
   }
   walk("", recorded, current)
   return out
+}
+
+/**
+ * The current snapshot as a run started before design 0140 recorded it: without
+ * `agent.syntheticObservations.truncated` when that text is the default (a definition that
+ * did not choose it). `undefined` when the current snapshot has no such form.
+ */
+const beforeTruncatedText = (current: unknown): unknown => {
+  if (!isPlainObject(current) || !isPlainObject(current.agent)) return undefined
+  const synthetic = current.agent.syntheticObservations
+  if (!isPlainObject(synthetic) || synthetic.truncated !== SyntheticObservations.defaults.truncated) return undefined
+  const { truncated: _dropped, ...older } = synthetic
+  return { ...current, agent: { ...current.agent, syntheticObservations: older } }
+}
+
+/**
+ * Whether a recorded snapshot (its hash) is the current configuration's: the same hash, or —
+ * for a run started before design 0140, whose snapshot has no `truncated` text — the same hash
+ * once the current default `truncated` text is left out.
+ */
+export const matches = (recordedHash: string, current: Encoded): boolean => {
+  if (recordedHash === current.hash) return true
+  const older = beforeTruncatedText(current.value)
+  return older !== undefined && hash(older) === recordedHash
 }
 
 const toolsByName = (snapshot: unknown): Map<string, unknown> => {
