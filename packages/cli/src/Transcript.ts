@@ -6,10 +6,12 @@
  *
  * @since 0.1.0
  */
+import * as Approval from "@polyloop/core/Approval"
 import type { Budget } from "@polyloop/core/Budget"
 import type { RunId } from "@polyloop/core/Ids"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -47,6 +49,10 @@ export interface Transcript {
   readonly snapshot: Option.Option<Snapshot.Snapshot>
   readonly steps: ReadonlyArray<Step>
   readonly resumes: ReadonlyArray<RunLog.RunResumed>
+  /** Approval requests and decisions, in write order (design 0160). */
+  readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
+  /** The calls waiting for a person's decision (a suspended run). */
+  readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
 }
 
@@ -88,6 +94,8 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         snapshot: decodeSnapshot(Snapshot.upgrade(started.snapshot)),
         steps,
         resumes: log.resumes,
+        approvals: log.approvals,
+        waiting: Approval.waiting(log),
         finished: log.finished
       }
     }))
@@ -219,17 +227,31 @@ export const render = (style: Style, transcript: Transcript): string => {
 const encodeUsage = (usage: { readonly inputTokens: number; readonly outputTokens: number }) => ({ input: usage.inputTokens, output: usage.outputTokens })
 const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
+const encodeForkedFrom = Schema.encodeSync(RunLog.ForkedFrom)
+const encodeWaiting = Schema.encodeSync(Approval.Waiting)
 
-/** The transcript as a JSON value (`polyloop show --json`): records in their logged (encoded) form. */
+/**
+ * The transcript as a JSON value (`polyloop show --json`, and the run document of `polyloop
+ * serve`'s API): records in their logged (encoded) form; `snapshot` is the recorded snapshot as
+ * logged (canonical JSON value, whatever version wrote it), `budget` its budget (null when the
+ * snapshot does not decode with this version) and `used` what the run has used of it.
+ */
 export const toJson = (transcript: Transcript): unknown => {
   const budget = budgetOf(transcript)
+  const summary = transcript.summary
   return {
     runId: transcript.runId,
-    summary: encodeSummary(transcript.summary),
+    summary: encodeSummary(summary),
     task: transcript.started.task,
+    startedAt: transcript.started.startedAt,
     snapshotHash: transcript.started.snapshotHash,
+    snapshot: transcript.started.snapshot,
     budget: budget === undefined ? null : Schema.encodeSync(Snapshot.Snapshot.fields.agent.fields.budget)(budget),
+    used: { steps: summary.steps, effectiveSteps: summary.effectiveSteps, tokens: summary.tokens, elapsed: summary.elapsed },
     resumes: transcript.resumes.map((resume) => ({ fromStep: resume.fromStep, at: resume.at })),
+    forkedFrom: transcript.started.forkedFrom === undefined ? null : encodeForkedFrom(transcript.started.forkedFrom),
+    approvals: transcript.approvals.map((record) => encodeRecord(record)),
+    waiting: transcript.waiting.map((waiting) => encodeWaiting(waiting)),
     steps: transcript.steps.map((step) => ({
       step: step.step,
       completed: step.completed !== undefined,
@@ -253,9 +275,5 @@ export type ExportFormat = "json" | "jsonl"
  * A run's records as the store encodes them, in sequence order: `jsonl` is one record per line;
  * `json` is one document `{ runId, records }`. Both end with a newline.
  */
-export const exportLog = (runId: RunId, log: RunLog.RunLog, format: ExportFormat): string => {
-  const records = RunLog.records(log).map((record) => RunLogStore.encodeRecord(record))
-  return format === "jsonl"
-    ? records.map((line) => `${line}\n`).join("")
-    : `${JSON.stringify({ runId, records: records.map((line) => JSON.parse(line) as unknown) }, null, 2)}\n`
-}
+export const exportLog = (_runId: RunId, log: RunLog.RunLog, format: ExportFormat): string =>
+  format === "jsonl" ? LogFile.toJsonl(log) : LogFile.toJson(log)

@@ -31,14 +31,18 @@ import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
+import * as Fork from "./Fork.js"
 import { RunId } from "./Ids.js"
+import * as Fingerprint from "./internal/fingerprint.js"
 import * as History from "./internal/history.js"
 import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
 import * as State from "./internal/state.js"
 import * as Step from "./internal/step.js"
 import * as Tracing from "./internal/tracing.js"
+import * as Truncation from "./internal/truncation.js"
 import { ModelClient, type ModelRequest } from "./ModelClient.js"
-import { Usage } from "./ModelReply.js"
+import { type ModelReply, Usage } from "./ModelReply.js"
+import type { ParsedReply } from "./ParsedReply.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
 import * as Snapshot from "./Snapshot.js"
@@ -157,9 +161,14 @@ const generate = (run: Run, step: number) => {
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
   // `maxAttempts` times in all. Every failed attempt is logged.
+  // A retryable error whose `retryAfter` hint is beyond `modelRetry.maxDelay` is not retried:
+  // the step fails at once, the message saying why (design 0140).
+  const retry = run.request.agent.modelRetry
+  const waitable = (error: ModelError) => error.retryable && AgentDefinition.exceedsMaxDelay(retry, error) === undefined
+  const explained = (error: ModelError) => AgentDefinition.exceedsMaxDelay(retry, error) ?? error
   return call.pipe(
     Effect.catchAll((first) => {
-      if (!first.retryable) return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
+      if (!waitable(first)) return Effect.zipRight(logModelFailure(step, first), Effect.fail(explained(first)))
       const logged = Effect.tapError(call, (error) => logModelFailure(step, error))
       let replayed = false
       const again = Effect.suspend(() => {
@@ -167,11 +176,15 @@ const generate = (run: Run, step: number) => {
         replayed = true
         return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
       })
-      return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
+      return Effect.mapError(Effect.retry(again, { schedule: run.schedule, while: waitable }), explained)
     }),
     span(run, "Agent.model", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))
   )
 }
+
+/** The decision of a reply: the parser's, or `InvalidDecision` for a reply cut off at the output limit (design 0140). */
+const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
+  Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
 
 /** One live step: model call, durable reply, parse, then `settle`. */
 const runStep = (run: Run): Effect.Effect<void, RunError> => {
@@ -179,11 +192,17 @@ const runStep = (run: Run): Effect.Effect<void, RunError> => {
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
     Effect.flatMap(generate(run, step), (reply) => {
-      const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
+      const replied: RunLog.ModelReplied = {
+        _tag: "ModelReplied",
+        seq: run.state.seq,
+        step: asStep(step),
+        reply,
+        requestHash: run.fingerprint.hash(run.state.messages)
+      }
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
         return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
-          Effect.flatMap(run.parser.parse(reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
+          Effect.flatMap(decideReply(run, reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
       })
     }))
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
@@ -226,7 +245,7 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
  * design 0150 that reads (`Snapshot.upgrade`) as the current one.
  */
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
-  if (started.snapshotHash === current.hash) return Effect.void
+  if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
   const recorded = Snapshot.upgrade(started.snapshot)
   if (recorded !== started.snapshot && Snapshot.hash(recorded) === current.hash) return Effect.void
   const differences = Snapshot.diff(recorded, current.value)
@@ -278,13 +297,19 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>, prior
     if (Option.isSome(interrupted)) {
       const reply = interrupted.value.reply
       yield* Effect.gen(function*() {
-        const decision = yield* run.parser.parse(reply)
+        const decision = yield* decideReply(run, reply)
         yield* Step.settle(run, fromStep, reply, decision, at, true, prior)
       }).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
     }
   })
+
+/**
+ * Forks a recorded run at a step into a new run (`Fork.fork`, design 0170): the new log holds
+ * the parent's steps before `atStep` and `forkedFrom`; `run` on the new id continues from there.
+ */
+export const fork = Fork.fork
 
 /**
  * Runs `request.agent` on `request.task` under `request.runId`, durably. The run is claimed
@@ -354,6 +379,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           observationLimit: agent.observationLimit
         })
         const messages = History.initial(agent.systemPrompt, request.task)
+        const modelTools = request.tools.modelView()
         const current: Run = {
           runId,
           request,
@@ -365,7 +391,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           sink,
           texts,
           schedule: AgentDefinition.retrySchedule(agent.modelRetry),
-          modelTools: request.tools.modelView(),
+          modelTools,
+          fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           parallel,
           concurrency: agent.actionConcurrency ?? 1,
@@ -377,7 +404,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         if (Option.isSome(log.started)) {
           const rebuilt = yield* State.rebuild(runId, log, messages, texts)
           current.state = rebuilt.state
-          yield* resume(current, rebuilt.interrupted, rebuilt.interruptedResults)
+          // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
+          if (!Fork.isUntouched(log)) yield* resume(current, rebuilt.interrupted, rebuilt.interruptedResults)
         } else {
           yield* start(current, snapshot)
         }

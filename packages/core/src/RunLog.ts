@@ -28,6 +28,29 @@ export const logVersion = 2
 /** A log schema version. Absent (`RunStarted` and `RunResumed` of version 1) means 1. */
 export const LogVersion = Schema.Int.pipe(Schema.between(1, logVersion))
 
+/** One difference between a fork's snapshot and its parent's: the path, and each side's value (absent: no such member). */
+export const ForkDifference = Schema.Struct({
+  path: Schema.String,
+  parent: Schema.optional(JsonValue),
+  fork: Schema.optional(JsonValue)
+})
+/** @since 0.1.0 */
+export interface ForkDifference extends Schema.Schema.Type<typeof ForkDifference> {}
+
+/**
+ * Where a forked run comes from (design 0170): the parent run, the step the fork starts at
+ * (the parent's steps before it were copied), the parent's snapshot hash, and how the fork's
+ * snapshot differs from the parent's (empty: the same configuration).
+ */
+export const ForkedFrom = Schema.Struct({
+  runId: RunId,
+  step: StepIndex,
+  snapshotHash: Schema.String,
+  differences: Schema.Array(ForkDifference)
+})
+/** @since 0.1.0 */
+export interface ForkedFrom extends Schema.Schema.Type<typeof ForkedFrom> {}
+
 /** The run began: the task, the snapshot of everything the model can see, and its hash. */
 export const RunStarted = Schema.TaggedStruct("RunStarted", {
   seq: Seq,
@@ -39,7 +62,9 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", {
   /** Epoch milliseconds, from `Clock` (finite: it must survive the JSON a store writes). */
   startedAt: Schema.Finite,
   /** The log schema version of the code that started the run (absent: 1). */
-  logVersion: Schema.optional(LogVersion)
+  logVersion: Schema.optional(LogVersion),
+  /** Set on a fork (`Agent.fork`); absent on a run started fresh (and on every log written before forks). */
+  forkedFrom: Schema.optional(ForkedFrom)
 })
 /** @since 0.1.0 */
 export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
@@ -48,7 +73,12 @@ export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
 export const ModelReplied = Schema.TaggedStruct("ModelReplied", {
   seq: Seq,
   step: StepIndex,
-  reply: ModelReply
+  reply: ModelReply,
+  /**
+   * The hex SHA-256 of the canonical JSON of the `ModelRequest` this reply answered (design
+   * 0170): what replay checks. Absent in logs written before fingerprints.
+   */
+  requestHash: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export interface ModelReplied extends Schema.Schema.Type<typeof ModelReplied> {}
@@ -315,6 +345,14 @@ export const resultsByStep = (log: RunLog): ReadonlyMap<number, ReadonlyArray<Ac
   }
   return byStep
 }
+
+/**
+ * The records of the steps before `step`, in sequence order: every record that carries a
+ * `step` field lower than `step` (replies, results, step completions, and any record kind that
+ * belongs to a step). The run's `RunStarted`, `RunResumed` and `RunFinished` are not included.
+ */
+export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunRecord> =>
+  records(log).filter((record) => "step" in record && typeof record.step === "number" && record.step < step)
 
 /** All records of the log in sequence order. */
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {

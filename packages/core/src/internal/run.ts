@@ -10,12 +10,14 @@ import type * as Schedule from "effect/Schedule"
 import type { ActionExecutor } from "../ActionExecutor.js"
 import type { RunRequest } from "../Agent.js"
 import type { DecisionParser } from "../DecisionParser.js"
+import type { ModelError } from "../Errors.js"
 import type * as EventSink from "../EventSink.js"
 import type { RunId, StepIndex } from "../Ids.js"
 import type { LoopEvent } from "../LoopEvent.js"
 import type { ModelClient, ToolDefinition } from "../ModelClient.js"
 import type { RunLogStore } from "../RunLogStore.js"
 import type { DerivedExecutor } from "../ToolRegistry.js"
+import type * as Fingerprint from "./fingerprint.js"
 import type * as History from "./history.js"
 import type * as State from "./state.js"
 
@@ -30,8 +32,10 @@ export interface Run {
   readonly derived: DerivedExecutor | undefined
   readonly sink: EventSink.EventSink.Service
   readonly texts: History.Texts
-  readonly schedule: Schedule.Schedule<unknown>
+  readonly schedule: Schedule.Schedule<unknown, ModelError>
   readonly modelTools: ReadonlyArray<ToolDefinition>
+  /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
+  readonly fingerprint: Fingerprint.Fingerprinter
   readonly maxDurationMillis: number | undefined
   /** Whether a step runs several actions of one reply (`parallelToolCalls`, resolved). */
   readonly parallel: boolean
