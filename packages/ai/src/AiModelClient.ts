@@ -52,7 +52,9 @@ const source = "AiModelClient"
  */
 export type ApplySettings = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
-  settings: ModelSettings
+  settings: ModelSettings,
+  /** The whole request, for settings outside `ModelSettings` (`parallelToolCalls`, design 0150). */
+  request?: ModelRequest
 ) => Effect.Effect<A, E | ModelError, R>
 
 /** Adapter options. */
@@ -322,7 +324,7 @@ export const make = (options: Options = {}): Effect.Effect<ModelClient.Service, 
         })
         : applySettings === undefined
         ? call
-        : applySettings(call, request.settings)
+        : applySettings(call, request.settings, request)
       return (timeout === undefined
         ? configured
         : Effect.timeoutFail(configured, {
