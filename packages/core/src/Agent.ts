@@ -241,13 +241,13 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
   })
 
 /**
- * The recorded snapshot against the current one: equal hashes, or a snapshot recorded before
- * design 0150 that reads (`Snapshot.upgrade`) as the current one.
+ * The recorded snapshot against the current one (`Snapshot.matches`: equal, or recorded by an
+ * earlier version and the same configuration as it reads today).
  */
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
   if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
+  // Differences against the recorded snapshot as it reads today (a run from before design 0150 took one action per step).
   const recorded = Snapshot.upgrade(started.snapshot)
-  if (recorded !== started.snapshot && Snapshot.hash(recorded) === current.hash) return Effect.void
   const differences = Snapshot.diff(recorded, current.value)
   const tools = Snapshot.changedTools(recorded, current.value)
   return Effect.fail(

@@ -245,12 +245,28 @@ const beforeTruncatedText = (current: unknown): unknown => {
 /**
  * Whether a recorded snapshot (its hash) is the current configuration's: the same hash, or —
  * for a run started before design 0140, whose snapshot has no `truncated` text — the same hash
- * once the current default `truncated` text is left out.
+ * once the current default `truncated` text is left out; or — for a run started before design
+ * 0150 — once `parallelToolCalls: false` is left out.
  */
 export const matches = (recordedHash: string, current: Encoded): boolean => {
   if (recordedHash === current.hash) return true
   const older = beforeTruncatedText(current.value)
-  return older !== undefined && hash(older) === recordedHash
+  if (older !== undefined && hash(older) === recordedHash) return true
+  // Before design 0150 a snapshot had no `parallelToolCalls`: such a run took one action per
+  // step, so it is the current configuration when that says `false` (with or without the
+  // `truncated` text of design 0140).
+  for (const form of [current.value, older]) {
+    const oneActionPerStep = form === undefined ? undefined : beforeParallelToolCalls(form)
+    if (oneActionPerStep !== undefined && hash(oneActionPerStep) === recordedHash) return true
+  }
+  return false
+}
+
+/** A snapshot value as a version before design 0150 would have recorded it: `parallelToolCalls: false` left out (else undefined). */
+const beforeParallelToolCalls = (current: unknown): unknown => {
+  if (!isPlainObject(current) || !isPlainObject(current.agent) || current.agent.parallelToolCalls !== false) return undefined
+  const { parallelToolCalls: _dropped, ...older } = current.agent
+  return { ...current, agent: older }
 }
 
 const toolsByName = (snapshot: unknown): Map<string, unknown> => {
