@@ -488,7 +488,7 @@ describe("AiModelClient over any LanguageModel", () => {
       [new AiError.UnknownError({ module: "M", method: "m", description: bodyMarker }), false]
     ]
     for (const [error, retryable] of cases) {
-      const mapped = AiModelClient.toModelError(error)
+      const mapped = AiModelClient.toModelError(error, 0)
       assert.strictEqual(mapped.retryable, retryable, error._tag)
       assertNothingLeaks(mapped, [bodyMarker, "pw@", "key=abc"])
     }
