@@ -1,7 +1,8 @@
 /**
  * `npm run bench` (`--quick` for a smoke run): runs the six benchmarks of issue 8 in one process,
- * writes `bench/results.json` and `bench/README.md` (the table, the machine, the targets and the
- * hand-written notes of `bench/NOTES.md`), and prints the table.
+ * writes `bench/results.json` and `bench/README.md` (the targets, the tables, the hand-written
+ * `bench/HOW-TO-READ.md` and the machine; the optimisation history stays in `bench/NOTES.md`),
+ * and prints the tables.
  *
  * Every figure is the median of several measured repetitions after warm-up; each ratio is
  * computed from two figures measured interleaved in this same process.
@@ -54,14 +55,18 @@ const commit = (): string => {
   }
 }
 
-/** `--render`: rewrites README.md from results.json and NOTES.md without measuring anything. */
+/** The hand-written part of README.md: how to read the figures. */
+const reading = (): string => {
+  const file = path.join(benchDir, "HOW-TO-READ.md")
+  return fs.existsSync(file) ? fs.readFileSync(file, "utf8") : ""
+}
+
+/** `--render`: rewrites README.md from results.json and HOW-TO-READ.md without measuring anything. */
 const render = (): void => {
   const results = JSON.parse(fs.readFileSync(path.join(benchDir, "results.json"), "utf8")) as Results
-  const notesFile = path.join(benchDir, "NOTES.md")
-  const notes = fs.existsSync(notesFile) ? fs.readFileSync(notesFile, "utf8") : ""
   const table = renderTables(results)
-  fs.writeFileSync(path.join(benchDir, "README.md"), renderReadme(results, table, notes))
-  process.stdout.write(`${table}\n`)
+  fs.writeFileSync(path.join(benchDir, "README.md"), renderReadme(results, table, reading()))
+  process.stdout.write(`${table}\n\n${renderTargets(results)}\n`)
 }
 
 const main = async (): Promise<void> => {
@@ -174,11 +179,8 @@ const main = async (): Promise<void> => {
   fs.writeFileSync(resultsFile, `${JSON.stringify(results, null, 2)}\n`)
 
   const table = renderTables(results)
-  const notesFile = path.join(benchDir, "NOTES.md")
-  const notes = fs.existsSync(notesFile) ? fs.readFileSync(notesFile, "utf8") : ""
-  const readme = renderReadme(results, table, notes)
-  if (!quick) fs.writeFileSync(path.join(benchDir, "README.md"), readme)
-  process.stdout.write(`${table}\n`)
+  if (!quick) fs.writeFileSync(path.join(benchDir, "README.md"), renderReadme(results, table, reading()))
+  process.stdout.write(`${table}\n\n${renderTargets(results)}\n`)
   log(`done in ${results.durationSeconds}s; wrote ${path.relative(process.cwd(), resultsFile)}${quick ? " (quick: README.md not rewritten)" : " and bench/README.md"}`)
 }
 
@@ -236,34 +238,41 @@ const renderTables = (r: Results): string => {
   for (const row of r.history) {
     lines.push(`| ${n(row.atStep, 0)} | ${n(row.messages, 0)} | ${n(row.cpuMicros.median)} | ${range(row.cpuMicros)} | ${n(row.micros.median)} | ${range(row.micros)} |`)
   }
-  lines.push("", "### Targets", "", "| target | measured | goal | met |", "|---|---|---|:---:|")
+  return lines.join("\n")
+}
+
+const renderTargets = (r: Results): string => {
+  const lines = ["| target | measured | goal | met |", "|---|---|---|:---:|"]
   for (const t of r.targets) lines.push(`| ${t.name} | ${t.value} | ${t.target} | ${t.met ? "yes" : "**no**"} |`)
   return lines.join("\n")
 }
 
-const renderReadme = (r: Results, table: string, notes: string): string => {
+const renderReadme = (r: Results, table: string, reading: string): string => {
   const m = r.machine
   return [
     "# polyloop benchmarks",
     "",
+    "What a step of the loop costs, in memory and durably on SQLite, and whether any of it grows with the run.",
     "`npm run bench` runs everything below in one process (about " + `${Math.ceil(r.durationSeconds / 60)} min here) and rewrites this file and \`bench/results.json\`;`,
-    "`npm run bench -- --quick` is a smoke run (smaller sizes, fewer repetitions; writes `bench/results.quick.json` only).",
-    "Every figure is the median of several measured repetitions after warm-up; every ratio is computed from",
-    "two figures measured interleaved (A, B, A, B, …) in the same process, so both sides see the same load.",
-    "These are benchmarks, not tests: nothing here fails a build.",
+    "`npm run bench -- --quick` is a smoke run (writes `bench/results.quick.json` only); `npm run bench -- --render` rewrites",
+    "this file from `results.json` and `HOW-TO-READ.md` without measuring. Figures are medians of repetitions after warm-up.",
+    "These are benchmarks, not tests: nothing here fails a build. The optimisation history is in `NOTES.md`.",
     "",
-    "## Machine",
+    "## Targets",
     "",
-    `- node ${String(m.node)}, nproc ${String(m.nproc)}, CPU: ${String(m.cpu)}, ${String(m.memoryGiB)} GiB`,
-    `- databases in \`${String(m.dataDir)}\` on ${String(m.dataFs)} (fsync reaches the virtual disk)`,
-    `- load average at start ${JSON.stringify(m.loadAverageAtStart)}, at end ${JSON.stringify(r.loadAverageAtEnd)} — **the machine is shared with other engineers' test runs**`,
-    `- commit ${String(m.commit)}, ${String(m.date)}, run took ${r.durationSeconds} s`,
+    renderTargets(r),
     "",
     "## Results",
     "",
     table,
     "",
-    notes.trim(),
+    reading.trim(),
+    "",
+    "## Machine of the recorded run",
+    "",
+    `- node ${String(m.node)}, nproc ${String(m.nproc)}, CPU: ${String(m.cpu)}, ${String(m.memoryGiB)} GiB; databases on ${String(m.dataFs)} (fsync reaches the virtual disk)`,
+    `- load average at start ${JSON.stringify(m.loadAverageAtStart)}, at end ${JSON.stringify(r.loadAverageAtEnd)} — **the machine is shared with other engineers' test runs**`,
+    `- commit ${String(m.commit)}, ${String(m.date)}, run took ${r.durationSeconds} s`,
     ""
   ].join("\n")
 }

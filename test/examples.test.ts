@@ -3,8 +3,8 @@
  * own command line), asserting on its output and exit code: the tool-calling agent, the
  * code-action agent (and its `EnvError` when the runtime cannot start), the crash-and-resume
  * walk-through, the README's example (and that the README shows exactly its code), the user's
- * own store (its contract tests are `examples/custom-store.test.ts`), and the real-model example
- * without an API key.
+ * own store (its contract tests are `examples/custom-store.test.ts`), the agent over an MCP
+ * server's tools, and the real-model example without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
@@ -122,6 +122,20 @@ describe("examples", () => {
     const result = await example("custom-store.ts")
     assert.strictEqual(result.code, 0, result.stderr)
     assert.include(result.stdout, "run demo: 1 record(s), started: true")
+  })
+
+  it("mcp-agent.ts: the filesystem MCP server's tools, validated by its schema, isError as an ordinary failure, completed by a code tool", async () => {
+    const result = await example("mcp-agent.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    const out = result.stdout
+    assert.match(out, /^MCP server: secure-filesystem-server \(\d+ tools\), folder /m)
+    assert.match(out, /^ {2}read_text_file: replay Always\n {2}write_file: replay Always\n {2}list_directory: replay Always\n {2}submit: replay Never, completes the run$/m)
+    assert.match(out, /^step 0: list_directory .*\n\s+Executed: \[FILE\] todo\.md$/m)
+    assert.match(out, /^step 2: write_file .*\n\s+NotExecuted \(synthetic\): The action was not executed: invalid arguments for "write_file": content: is missing\./m)
+    assert.match(out, /^step 4: read_text_file \{"path":"\/etc\/hostname"\}\n\s+Executed: McpToolError: Access denied - path outside allowed directories/m)
+    assert.match(out, /^stop: Completed\(Tool\)$/m)
+    assert.match(out, /^steps: 6 \(5 effective\)$/m)
+    assert.match(out, /^--- open\.md\n- fix the login page\n- renew the certificate$/m)
   })
 
   it("real-model.ts: without POLYLOOP_API_KEY it explains what to set and exits 0", async () => {

@@ -10,7 +10,7 @@ import { ActionOutcome } from "./ActionOutcome.js"
 import { RunId } from "./Ids.js"
 import { ModelReply, Usage } from "./ModelReply.js"
 import { ParsedReply } from "./ParsedReply.js"
-import { RunCounters } from "./RunLog.js"
+import { Decision, RunCounters } from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
 
 /** A fresh run began. */
@@ -43,6 +43,24 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
 /** The run finished. */
 export const RunFinished = Schema.TaggedStruct("RunFinished", { runId: RunId, stopReason: StopReason, counters: RunCounters })
 
+/** A call needs a person's decision; the run suspends once its step's requests are durable (design 0160). */
+export const ApprovalRequested = Schema.TaggedStruct("ApprovalRequested", {
+  runId: RunId,
+  step: Schema.Int,
+  callId: Schema.String,
+  action: Action,
+  actionHash: Schema.String
+})
+/** A person decided on a requested call (emitted by `Agent.decide`); the decision is durable. */
+export const ApprovalDecided = Schema.TaggedStruct("ApprovalDecided", {
+  runId: RunId,
+  step: Schema.Int,
+  callId: Schema.String,
+  actionHash: Schema.String,
+  decision: Decision,
+  by: Schema.String
+})
+
 /** Any loop event. */
 export const LoopEvent = Schema.Union(
   RunStarted,
@@ -52,7 +70,9 @@ export const LoopEvent = Schema.Union(
   DecisionParsed,
   ActionExecuted,
   StepCompleted,
-  RunFinished
+  RunFinished,
+  ApprovalRequested,
+  ApprovalDecided
 )
 /** @since 0.1.0 */
 export type LoopEvent = typeof LoopEvent.Type

@@ -1,6 +1,8 @@
 /**
- * The run log: six record kinds and the `RunLog` a store reads back (SPEC §7). History is
- * rebuilt from the log, never stored separately.
+ * The run log: the record kinds and the `RunLog` a store reads back (SPEC §7). History is
+ * rebuilt from the log, never stored separately. `ApprovalRequested` / `ApprovalDecided`
+ * (design 0160) are absent from logs written before approvals existed; such logs read back
+ * with `approvals` empty.
  *
  * @since 0.1.0
  */
@@ -14,6 +16,29 @@ import { ModelReply, Usage } from "./ModelReply.js"
 import { ParsedReply } from "./ParsedReply.js"
 import { StopReason } from "./StopReason.js"
 
+/** One difference between a fork's snapshot and its parent's: the path, and each side's value (absent: no such member). */
+export const ForkDifference = Schema.Struct({
+  path: Schema.String,
+  parent: Schema.optional(JsonValue),
+  fork: Schema.optional(JsonValue)
+})
+/** @since 0.1.0 */
+export interface ForkDifference extends Schema.Schema.Type<typeof ForkDifference> {}
+
+/**
+ * Where a forked run comes from (design 0170): the parent run, the step the fork starts at
+ * (the parent's steps before it were copied), the parent's snapshot hash, and how the fork's
+ * snapshot differs from the parent's (empty: the same configuration).
+ */
+export const ForkedFrom = Schema.Struct({
+  runId: RunId,
+  step: StepIndex,
+  snapshotHash: Schema.String,
+  differences: Schema.Array(ForkDifference)
+})
+/** @since 0.1.0 */
+export interface ForkedFrom extends Schema.Schema.Type<typeof ForkedFrom> {}
+
 /** The run began: the task, the snapshot of everything the model can see, and its hash. */
 export const RunStarted = Schema.TaggedStruct("RunStarted", {
   seq: Seq,
@@ -23,7 +48,9 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", {
   snapshot: JsonValue,
   snapshotHash: Schema.String,
   /** Epoch milliseconds, from `Clock` (finite: it must survive the JSON a store writes). */
-  startedAt: Schema.Finite
+  startedAt: Schema.Finite,
+  /** Set on a fork (`Agent.fork`); absent on a run started fresh (and on every log written before forks). */
+  forkedFrom: Schema.optional(ForkedFrom)
 })
 /** @since 0.1.0 */
 export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
@@ -32,7 +59,12 @@ export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
 export const ModelReplied = Schema.TaggedStruct("ModelReplied", {
   seq: Seq,
   step: StepIndex,
-  reply: ModelReply
+  reply: ModelReply,
+  /**
+   * The hex SHA-256 of the canonical JSON of the `ModelRequest` this reply answered (design
+   * 0170): what replay checks. Absent in logs written before fingerprints.
+   */
+  requestHash: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export interface ModelReplied extends Schema.Schema.Type<typeof ModelReplied> {}
@@ -102,10 +134,67 @@ export const RunFinished = Schema.TaggedStruct("RunFinished", {
 /** @since 0.1.0 */
 export interface RunFinished extends Schema.Schema.Type<typeof RunFinished> {}
 
-/** Any record. */
-export const RunRecord = Schema.Union(RunStarted, ModelReplied, ActionResulted, StepCompleted, RunResumed, RunFinished)
+/** A person's decision on a call: run it, or not (with the reason, which the model is told). */
+export const Decision = Schema.Union(
+  Schema.TaggedStruct("Approve", {}),
+  Schema.TaggedStruct("Reject", { reason: Schema.String })
+)
 /** @since 0.1.0 */
-export type RunRecord = RunStarted | ModelReplied | ActionResulted | StepCompleted | RunResumed | RunFinished
+export type Decision = typeof Decision.Type
+
+/**
+ * The call `callId` of `step` needs a person's decision before it runs (design 0160). The run
+ * suspends once every such call of the step is requested. `actionHash` binds the decision to
+ * exactly this action of this step of this run (`Approval.actionHash`); `at` is epoch ms.
+ */
+export const ApprovalRequested = Schema.TaggedStruct("ApprovalRequested", {
+  seq: Seq,
+  step: StepIndex,
+  callId: Schema.String,
+  action: Action,
+  actionHash: Schema.String,
+  at: Schema.Finite
+})
+/** @since 0.1.0 */
+export interface ApprovalRequested extends Schema.Schema.Type<typeof ApprovalRequested> {}
+
+/** A person (`by`) decided on a requested call; `actionHash` is the request's. The first decision stands. */
+export const ApprovalDecided = Schema.TaggedStruct("ApprovalDecided", {
+  seq: Seq,
+  step: StepIndex,
+  callId: Schema.String,
+  actionHash: Schema.String,
+  decision: Decision,
+  by: Schema.String,
+  at: Schema.Finite
+})
+/** @since 0.1.0 */
+export interface ApprovalDecided extends Schema.Schema.Type<typeof ApprovalDecided> {}
+
+/** An approval record. */
+export type ApprovalRecord = ApprovalRequested | ApprovalDecided
+
+/** Any record. */
+export const RunRecord = Schema.Union(
+  RunStarted,
+  ModelReplied,
+  ActionResulted,
+  StepCompleted,
+  RunResumed,
+  RunFinished,
+  ApprovalRequested,
+  ApprovalDecided
+)
+/** @since 0.1.0 */
+export type RunRecord =
+  | RunStarted
+  | ModelReplied
+  | ActionResulted
+  | StepCompleted
+  | RunResumed
+  | RunFinished
+  | ApprovalRequested
+  | ApprovalDecided
 
 /** The kind of a record. */
 export type RecordKind = RunRecord["_tag"]
@@ -117,7 +206,9 @@ export const recordKinds: ReadonlyArray<RecordKind> = [
   "ActionResulted",
   "StepCompleted",
   "RunResumed",
-  "RunFinished"
+  "RunFinished",
+  "ApprovalRequested",
+  "ApprovalDecided"
 ]
 
 /** A run's log as read back, each sequence in write order. */
@@ -127,6 +218,8 @@ export const RunLog = Schema.Struct({
   results: Schema.Array(ActionResulted),
   steps: Schema.Array(StepCompleted),
   resumes: Schema.Array(RunResumed),
+  /** Approval requests and decisions (design 0160), in write order. */
+  approvals: Schema.Array(Schema.Union(ApprovalRequested, ApprovalDecided)),
   finished: Schema.OptionFromSelf(RunFinished)
 })
 /** @since 0.1.0 */
@@ -139,6 +232,7 @@ export const empty: RunLog = {
   results: [],
   steps: [],
   resumes: [],
+  approvals: [],
   finished: Option.none()
 }
 
@@ -149,7 +243,8 @@ export const isEmpty = (log: RunLog): boolean =>
   log.replies.length === 0 &&
   log.results.length === 0 &&
   log.steps.length === 0 &&
-  log.resumes.length === 0
+  log.resumes.length === 0 &&
+  log.approvals.length === 0
 
 /** The number of records in the log: also the sequence number of the next record. */
 export const size = (log: RunLog): number =>
@@ -158,6 +253,7 @@ export const size = (log: RunLog): number =>
   log.results.length +
   log.steps.length +
   log.resumes.length +
+  log.approvals.length +
   (Option.isSome(log.finished) ? 1 : 0)
 
 /** The sequence number the next record must carry. */
@@ -171,6 +267,7 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
   const results: Array<ActionResulted> = []
   const steps: Array<StepCompleted> = []
   const resumes: Array<RunResumed> = []
+  const approvals: Array<ApprovalRecord> = []
   for (const record of records) {
     switch (record._tag) {
       case "RunStarted":
@@ -191,16 +288,28 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
       case "RunFinished":
         finished = Option.some(record)
         break
+      case "ApprovalRequested":
+      case "ApprovalDecided":
+        approvals.push(record)
+        break
     }
   }
-  return { started, replies, results, steps, resumes, finished }
+  return { started, replies, results, steps, resumes, approvals, finished }
 }
+
+/**
+ * The records of the steps before `step`, in sequence order: every record that carries a
+ * `step` field lower than `step` (replies, results, step completions, and any record kind that
+ * belongs to a step). The run's `RunStarted`, `RunResumed` and `RunFinished` are not included.
+ */
+export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunRecord> =>
+  records(log).filter((record) => "step" in record && typeof record.step === "number" && record.step < step)
 
 /** All records of the log in sequence order. */
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
   const all: Array<RunRecord> = []
   if (Option.isSome(log.started)) all.push(log.started.value)
-  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes)
+  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals)
   if (Option.isSome(log.finished)) all.push(log.finished.value)
   return all.sort((a, b) => a.seq - b.seq)
 }

@@ -40,14 +40,18 @@ import type * as Scope from "effect/Scope"
 import type * as Arr from "effect/Array"
 import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
+import * as Approvals from "./internal/approvals.js"
 import { formatIssues } from "./internal/issues.js"
 import * as RecordJson from "./internal/recordJson.js"
 import { totalTokens } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
 
-/** Whether a run has finished. */
-export const RunStatus = Schema.Literal("Unfinished", "Finished")
+/**
+ * Whether a run has finished; `Suspended`: unfinished and waiting for a person's decision on a
+ * call (design 0160).
+ */
+export const RunStatus = Schema.Literal("Unfinished", "Suspended", "Finished")
 /** @since 0.1.0 */
 export type RunStatus = typeof RunStatus.Type
 
@@ -103,6 +107,20 @@ export declare namespace RunLogStore {
     ) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly appendResume: (runId: RunId, record: RunLog.RunResumed) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly finish: (runId: RunId, record: RunLog.RunFinished) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /**
+     * Writes records of any kinds atomically (all or none), checked and sequenced like every
+     * append: a fork's copied log, an imported log (design 0170). Stores built by `make` have
+     * it; a hand-written store without it cannot take forks or imports.
+     */
+    readonly appendRecords?: (
+      runId: RunId,
+      records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>
+    ) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /** Approval requests of a step (all at once, atomically) or one decision (design 0160). */
+    readonly appendApprovals: (
+      runId: RunId,
+      records: Arr.NonEmptyReadonlyArray<RunLog.ApprovalRecord>
+    ) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly listRuns: (query?: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
     /** Exclusive ownership of a run for the life of the scope. */
     readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
@@ -274,6 +292,8 @@ export const make = (backend: Backend): RunLogStore.Service => {
     completeStep: (runId, result, step) => append(runId, result === null ? [step] : [result, step]),
     appendResume: (runId, record) => append(runId, [record]),
     finish: (runId, record) => append(runId, [record]),
+    appendRecords: append,
+    appendApprovals: (runId, records) => append(runId, records),
     listRuns: (query) => backend.listRuns(query ?? {}),
     claim: (runId) => backend.claim(runId)
   }
@@ -293,7 +313,7 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
     return {
       runId: started.runId,
       agent,
-      status: Option.isSome(finished) ? "Finished" : "Unfinished",
+      status: Option.isSome(finished) ? "Finished" : Approvals.isSuspended(log) ? "Suspended" : "Unfinished",
       stopReason: Option.map(finished, (f) => f.stopReason),
       steps: log.steps.length,
       effectiveSteps,

@@ -39,7 +39,10 @@ export interface ToolRegistry<R = never> {
   /** The names, in registration order. */
   readonly names: ReadonlyArray<string>
   readonly get: (name: string) => Option.Option<Tool.Any>
-  /** What the model sees: names, descriptions and JSON Schemas. */
+  /**
+   * What the model sees: names, descriptions and JSON Schemas (a tool's `jsonSchema` verbatim
+   * when it has one, else derived from its `parameters`).
+   */
   readonly modelView: () => ReadonlyArray<ToolDefinition>
   /** Pure: the tool exists and the arguments decode. */
   readonly validate: (call: ToolCall) => Either.Either<ValidatedCall, UnknownTool | InvalidArguments>
@@ -254,7 +257,7 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
         view = tools.map((tool) => ({
           name: tool.name,
           description: tool.description,
-          parameters: JSONSchema.make(tool.parameters)
+          parameters: tool.jsonSchema ?? JSONSchema.make(tool.parameters)
         }))
       }
       return view

@@ -29,6 +29,9 @@
  * })
  * ```
  *
+ * Why over ~400 lines: the cluster issue (20) is to retire this module in favour of
+ * `@effect/cluster` later in this round, so it is kept whole rather than split first.
+ *
  * @since 0.1.0
  */
 import * as SqlClient from "@effect/sql/SqlClient"

@@ -115,6 +115,7 @@ export const rebuild = (
     }
     state.resumedCount = log.resumes.length
     state.seq =
-      (Option.isSome(log.started) ? 1 : 0) + log.replies.length + log.results.length + log.steps.length + log.resumes.length
+      (Option.isSome(log.started) ? 1 : 0) + log.replies.length + log.results.length + log.steps.length + log.resumes.length +
+      log.approvals.length
     return Effect.succeed({ state, interrupted: Option.fromNullable(pending) })
   })

@@ -7,7 +7,8 @@
  *
  * @internal
  */
-type EffectVitest = typeof import("@effect/vitest")
+/** `@effect/vitest`'s module, as a type. */
+export type EffectVitest = typeof import("@effect/vitest")
 
 /** vitest's `assert`, as a type: assertion functions must be bound to an annotated name. */
 export type Assert = EffectVitest["assert"]

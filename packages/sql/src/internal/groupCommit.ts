@@ -1,0 +1,96 @@
+/**
+ * Group commit for SQLite appends (see `docs/design/0002-group-commit.md`). With many runs
+ * claimed on one file, every append was its own commit, one `fsync` each, one after another on
+ * the file's one connection. Here the appends that reach the store together are written as one
+ * statement (all their rows into the append view), so one `fsync` commits many runs' steps.
+ *
+ * The first append of a group lets the other runs' fibers run once (`Effect.yieldNow`), so that
+ * those reaching an append join it, then writes them all. Each append still returns only once
+ * its rows are committed. If the group's statement is refused (one run's gap, lost lease or
+ * duplicate undoes the whole statement) or fails, each append of the group is written again
+ * alone and gets its own outcome, so one run's conflict never fails another run's append. The
+ * writer finishes the group even if its own fiber is interrupted meanwhile; an append whose
+ * fiber is interrupted while it waits may still be committed, as a write that had not returned
+ * may be after a crash.
+ *
+ * @internal
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
+import type { Param } from "./statements.js"
+
+/** Rows per group statement at most (14 parameters a row; SQLite allows 32,766 per statement). */
+export const maxGroupRows = 1_000
+
+/** An append waiting for the next group commit: its rows, and where its outcome goes. */
+interface Waiting {
+  readonly params: ReadonlyArray<Param>
+  readonly rows: number
+  readonly done: Deferred.Deferred<void, SqlError>
+}
+
+/**
+ * A group committer over `write`, which writes `rows` rows (their parameters one row after
+ * another) in one statement. `submit` joins the next group (or starts it) and returns once the
+ * append's own outcome is known.
+ */
+export const make = (
+  write: (params: ReadonlyArray<Param>, rows: number) => Effect.Effect<void, SqlError>
+): { readonly submit: (params: ReadonlyArray<Param>, rows: number) => Effect.Effect<void, SqlError> } => {
+  let waiting: Array<Waiting> = []
+
+  /**
+   * Writes waiting appends in one statement, or each alone when that statement is refused. It
+   * runs inside the flusher's uninterruptible region, so each exit handed to a waiter is its
+   * statement's own (success, `SqlError` or defect, passed on unchanged), never an interruption.
+   */
+  const writeGroup = (group: ReadonlyArray<Waiting>): Effect.Effect<void> => {
+    const alone = (entry: Waiting) => Effect.flatMap(Effect.exit(write(entry.params, entry.rows)), (exit) => Deferred.done(entry.done, exit))
+    if (group.length === 1) return alone(group[0]!)
+    const params: Array<Param> = []
+    let rows = 0
+    for (const entry of group) {
+      for (const param of entry.params) params.push(param)
+      rows += entry.rows
+    }
+    return Effect.flatMap(Effect.exit(write(params, rows)), (exit) =>
+      Exit.isSuccess(exit)
+        ? Effect.forEach(group, (entry) => Deferred.done(entry.done, exit), { discard: true })
+        // One append's refusal (a gap, a lost lease, a duplicate) or a storage failure undoes
+        // the whole statement: each append is written again alone, and gets its own outcome.
+        : Effect.forEach(group, alone, { discard: true }))
+  }
+
+  /** Takes every waiting append, in groups of at most `maxGroupRows` rows, and writes them. */
+  const flush: Effect.Effect<void> = Effect.suspend(() => {
+    const taken = waiting
+    waiting = []
+    const groups: Array<Array<Waiting>> = []
+    let current: Array<Waiting> = []
+    let rows = 0
+    for (const entry of taken) {
+      if (current.length > 0 && rows + entry.rows > maxGroupRows) {
+        groups.push(current)
+        current = []
+        rows = 0
+      }
+      current.push(entry)
+      rows += entry.rows
+    }
+    if (current.length > 0) groups.push(current)
+    return Effect.forEach(groups, writeGroup, { discard: true })
+  })
+
+  const submit = (params: ReadonlyArray<Param>, rows: number): Effect.Effect<void, SqlError> =>
+    Effect.suspend(() => {
+      const done = Deferred.unsafeMake<void, SqlError>(FiberId.none)
+      waiting.push({ params, rows, done })
+      if (waiting.length > 1) return Deferred.await(done)
+      return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), Deferred.await(done))
+    })
+
+  return { submit }
+}

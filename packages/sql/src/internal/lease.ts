@@ -1,0 +1,153 @@
+/**
+ * Claims as leases (`polyloop_claims(run_id, owner, expires_at)`), the same in both dialects.
+ *
+ * A claim is one compare-and-set upsert: a random owner id per process and claim
+ * (`<host>:<pid>:<n>:<random>`) takes a lease that is free, expired, or — with
+ * `reclaimDeadLocalOwners` — held by a process of this machine that no longer runs (dead-owner
+ * detection: `isDeadLocalOwner`); then the holder is read back, and a live other holder is
+ * `RunBusy`. A heartbeat fiber renews the lease while the claim's scope is open, and closing
+ * the scope deletes it. No transaction: every step is one statement, so on SQLite the store can
+ * hold its one connection (see `sqlite.ts`).
+ *
+ * The dialects fence appends with the lease: atomically with the append, the lease row must
+ * still name the writer (`Leases.held` says which runs this store holds and as whom).
+ *
+ * @internal
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { RunBusy, type StoreError } from "@polyloop/core/Errors"
+import type { RunId } from "@polyloop/core/Ids"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
+import * as Random from "effect/Random"
+import type * as Scope from "effect/Scope"
+import * as os from "node:os"
+import type { Statements } from "./statements.js"
+
+/** Is a lease owner a process of this machine that no longer runs? */
+export const isDeadLocalOwner = (owner: string): boolean => {
+  const parts = owner.split(":")
+  if (parts.length !== 4 || parts[0] !== os.hostname()) return false
+  const pid = Number(parts[1])
+  if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid) return false
+  try {
+    process.kill(pid, 0)
+    return false
+  } catch (error) {
+    return Predicate.hasProperty(error, "code") && error.code === "ESRCH"
+  }
+}
+
+let claimCounter = 0
+
+/** The lease settings of a store. */
+export interface LeaseOptions {
+  readonly leaseDuration?: Duration.DurationInput | undefined
+  readonly heartbeatInterval?: Duration.DurationInput | undefined
+  readonly reclaimDeadLocalOwners?: boolean | undefined
+}
+
+/** A store's leases. */
+export interface Leases {
+  /** Claims this store instance holds: run id → lease owner. Appends to these runs are fenced by the lease. */
+  readonly held: Map<string, string>
+  /** The current holder of a run's lease ("" for none). */
+  readonly holder: (runId: RunId) => Effect.Effect<string, SqlError>
+  /** Takes the run's lease for the scope's life (renewed by a heartbeat, deleted at its end), or `RunBusy`. */
+  readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
+}
+
+/** The leases of a store whose statements run through `statements`. */
+export const make = (statements: Statements, options: LeaseOptions): Leases => {
+  const { compiled, failWith, query, sql } = statements
+  const leaseMillis = Duration.toMillis(Duration.decode(options.leaseDuration ?? Duration.seconds(30)))
+  const reclaimDeadLocalOwners = options.reclaimDeadLocalOwners ?? false
+  const heartbeat = options.heartbeatInterval === undefined
+    ? Duration.millis(Math.max(1, Math.floor(leaseMillis / 3)))
+    : Duration.decode(options.heartbeatInterval)
+  const held = new Map<string, string>()
+
+  const claimOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""}`)
+  // A claim is one compare-and-set: insert the lease, or take over one that expired (or whose
+  // owner is known dead), atomically; a live lease is left alone.
+  const upsertClaimSql = compiled(
+    sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${""}, ${""}, ${0}) ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE polyloop_claims.expires_at <= ${0} OR polyloop_claims.owner = ${""}`
+  )
+  const renewClaimSql = compiled(sql`UPDATE polyloop_claims SET expires_at = ${0} WHERE run_id = ${""} AND owner = ${""}`)
+  const releaseClaimSql = compiled(sql`DELETE FROM polyloop_claims WHERE run_id = ${""} AND owner = ${""}`)
+
+  const holder = (runId: RunId) =>
+    Effect.map(query(claimOwnerSql, [runId]), (rows) => (rows[0] as { readonly owner?: string } | undefined)?.owner ?? "")
+
+  /**
+   * Takes the run's lease for `owner` if it is free, expired, or (with `reclaimDeadLocalOwners`)
+   * held by a dead process of this machine — one atomic upsert, no transaction — then reads
+   * who holds it: `RunBusy` names a live holder.
+   */
+  const takeLease = (runId: RunId, owner: string) =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      let dead: string | null = null
+      if (reclaimDeadLocalOwners) {
+        const previous = yield* holder(runId)
+        if (previous !== "" && isDeadLocalOwner(previous)) dead = previous
+      }
+      yield* query(upsertClaimSql, [runId, owner, now + leaseMillis, now, dead])
+      return yield* holder(runId)
+    }).pipe(
+      Effect.mapError(failWith("claiming the run", runId)),
+      Effect.flatMap((current) =>
+        current === owner ? Effect.void : Effect.fail(new RunBusy({ runId, ...(current === "" ? {} : { owner: current }) }))
+      )
+    )
+
+  const renewLease = (runId: RunId, owner: string) =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      yield* query(renewClaimSql, [now + leaseMillis, runId, owner])
+      const current = yield* holder(runId)
+      if (current !== owner) {
+        yield* Effect.logWarning(
+          `run ${runId}: the claim's lease was lost (now held by ${current === "" ? "nobody" : current}); another writer may take over`
+        )
+      }
+    }).pipe(
+      Effect.catchTag("SqlError", (error) =>
+        Effect.logWarning(`run ${runId}: renewing the claim failed; retrying`, failWith("renewing the claim", runId)(error)))
+    )
+
+  const releaseLease = (runId: RunId, owner: string) =>
+    query(releaseClaimSql, [runId, owner]).pipe(
+      Effect.asVoid,
+      Effect.catchTag("SqlError", (error) =>
+        Effect.logWarning(
+          `run ${runId}: releasing the claim failed; it expires by itself`,
+          failWith("releasing the claim", runId)(error)
+        ))
+    )
+
+  const claim = (runId: RunId) =>
+    Effect.gen(function*() {
+      const random = yield* Random.nextIntBetween(0, 0x7fffffff)
+      const owner = `${os.hostname()}:${process.pid}:${++claimCounter}:${random.toString(36)}`
+      yield* Effect.acquireRelease(
+        Effect.tap(takeLease(runId, owner), () => Effect.sync(() => held.set(runId, owner))),
+        () =>
+          Effect.zipRight(
+            Effect.sync(() => {
+              if (held.get(runId) === owner) held.delete(runId)
+            }),
+            releaseLease(runId, owner)
+          )
+      )
+      yield* Effect.sleep(heartbeat).pipe(
+        Effect.zipRight(renewLease(runId, owner)),
+        Effect.forever,
+        Effect.forkScoped
+      )
+    }).pipe(Effect.withSpan("SqlRunLogStore.claim", { attributes: { runId } }))
+
+  return { held, holder, claim }
+}

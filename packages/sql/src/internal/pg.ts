@@ -1,0 +1,156 @@
+/**
+ * How an append reaches PostgreSQL.
+ *
+ * After `RunStarted`, an append is one statement, one round trip
+ * (`docs/design/0004-single-statement-pg-append.md`): `WITH upd AS (UPDATE polyloop_runs …
+ * WHERE next_seq = $n [AND EXISTS (the lease row, locked FOR SHARE)] RETURNING …), ins AS
+ * (INSERT INTO polyloop_records … WHERE EXISTS (SELECT 1 FROM upd))`. No row updated means a
+ * gap or a lost lease (`SeqConflict`, which `backend.ts` tells apart), and nothing is inserted; a
+ * duplicate is the primary key's unique violation; a takeover waits for the lease row's lock. A
+ * statement is its own transaction: all of it is written, or none.
+ *
+ * The `RunStarted` append (which creates the summary row) and appends with a fault hook run as
+ * `BEGIN`, one `INSERT` per record, the summary `UPDATE … RETURNING` (compare-and-set on
+ * `next_seq`), the lease `SELECT … FOR SHARE`, `COMMIT` (`transaction.ts`).
+ *
+ * Every operation reserves a pooled connection (`reserve.ts`: its wait shielded from
+ * interruption, which would lose the connection in `@effect/sql-pg` 0.53).
+ *
+ * @internal
+ */
+import type * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
+import type { SqlError } from "@effect/sql/SqlError"
+import type { StoreError } from "@polyloop/core/Errors"
+import type * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Effect from "effect/Effect"
+import type { Options } from "../SqlRunLogStore.js"
+import * as Backend from "./backend.js"
+import * as Statements from "./statements.js"
+import { agentOf, stepOf, stopReasonJson, summaryDelta } from "./summary.js"
+
+/**
+ * The text of the one-statement append of `rows` records after `RunStarted`: the summary's
+ * compare-and-set `UPDATE` (for a claim holder, only while the lease row still names it, locked
+ * `FOR SHARE` until the statement commits, so a takeover waits) and, only if it updated the
+ * row, the records' `INSERT`. It returns `updated` = 0 for a gap or a lost lease.
+ */
+const oneStatementText = (rows: number, finishing: boolean, fenced: boolean): string => {
+  // $1 next_seq, $2..$5 deltas, [$6..$8 finishing], then run_id, expected seq, [owner], records.
+  let n = 5
+  const finish = finishing ? `, status = $${++n}, stop_reason = $${++n}, finished_at = $${++n}` : ""
+  const run = ++n
+  const expected = ++n
+  const lease = fenced
+    ? ` AND EXISTS (SELECT 1 FROM polyloop_claims WHERE run_id = $${run} AND owner = $${++n} FOR SHARE)`
+    : ""
+  const values: Array<string> = []
+  for (let i = 0; i < rows; i++) values.push(`($${++n}::integer, $${++n}::text, $${++n}::integer, $${++n}::text)`)
+  return `WITH upd AS (
+  UPDATE polyloop_runs SET next_seq = $1, steps = steps + $2, effective_steps = effective_steps + $3, tokens = tokens + $4, elapsed = elapsed + $5${finish}
+  WHERE run_id = $${run} AND next_seq = $${expected}${lease}
+  RETURNING next_seq
+), ins AS (
+  INSERT INTO polyloop_records (run_id, seq, kind, step, payload)
+  SELECT $${run}, v.seq, v.kind, v.step, v.payload FROM (VALUES ${values.join(", ")}) AS v (seq, kind, step, payload)
+  WHERE EXISTS (SELECT 1 FROM upd)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM ins) AS inserted`
+}
+
+/** PostgreSQL's append: one statement after `RunStarted`, a transaction for `RunStarted` and with a fault hook. */
+const makeAppend = (statements: Statements.Statements, options: Options): Backend.Append => {
+  const { compiled, exec, faultIn, query, sql, transaction } = statements
+  const insertRecordSql = compiled(
+    sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${""}, ${0}, ${""}, ${0}, ${""})`
+  )
+  const insertRunSql = compiled(
+    sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq) VALUES (${""}, ${""}, ${"Unfinished"}, NULL, 0, 0, 0, ${0}, NULL, 0, 0)`
+  )
+  // Compare-and-set on the run's next sequence number: a gap (or a record for a run that was
+  // never started) updates no row and returns nothing.
+  const updateRunSql = (finishing: boolean): string =>
+    compiled(
+      sql`UPDATE polyloop_runs SET next_seq = ${0}, steps = steps + ${0}, effective_steps = effective_steps + ${0}, tokens = tokens + ${0}, elapsed = elapsed + ${0}${
+        finishing ? sql`, status = ${"Finished"}, stop_reason = ${""}, finished_at = ${0}` : sql``
+      } WHERE run_id = ${""} AND next_seq = ${0} RETURNING next_seq`
+    )
+  const updateRun = { plain: updateRunSql(false), finishing: updateRunSql(true) }
+  // Lock the lease row until commit, so a takeover waits for the append to finish.
+  const leaseOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""} FOR SHARE`)
+  /** One-statement texts by shape (`rows:finishing:fenced`), made once each. */
+  const oneStatementSql = new Map<string, string>()
+  const oneStatementFor = (rows: number, finishing: boolean, fenced: boolean): string => {
+    const key = `${rows}:${finishing}:${fenced}`
+    const cached = oneStatementSql.get(key)
+    if (cached !== undefined) return cached
+    const text = oneStatementText(rows, finishing, fenced)
+    oneStatementSql.set(key, text)
+    return text
+  }
+
+  return (runId, records, owner) => {
+    const first = records[0]
+    const delta = summaryDelta(records)
+    const end = first.seq + records.length
+    const fenced = owner !== undefined
+    const finished = delta.finished
+    const update: Array<Statements.Param> = [end, delta.steps, delta.effectiveSteps, delta.tokens, delta.elapsed]
+    if (finished !== undefined) {
+      const json = stopReasonJson(runId, finished)
+      if (typeof json !== "string") return json
+      update.push("Finished", json, finished.finishedAt)
+    }
+    update.push(runId, first.seq)
+    const updateSql = finished === undefined ? updateRun.plain : updateRun.finishing
+    const agent = first.record._tag === "RunStarted" ? agentOf(first.record) : undefined
+    const startedAt = first.record._tag === "RunStarted" ? first.record.startedAt : 0
+
+    if (options.faultPoint === undefined && agent === undefined) {
+      // One statement, one round trip: its parameters are the summary UPDATE's, the lease
+      // owner when fenced, then each record's (seq, kind, step, payload).
+      const params: Array<Statements.Param> = update
+      if (fenced) params.push(owner)
+      for (const stored of records) params.push(stored.seq, stored.kind, stepOf(stored.record), stored.json)
+      return Effect.flatMap(
+        query(oneStatementFor(records.length, finished !== undefined, fenced), params),
+        (rows) => Number((rows[0] as { readonly updated?: unknown } | undefined)?.updated ?? 0) === 1 ? Effect.void : Effect.fail(new Backend.SeqConflict())
+      )
+    }
+
+    // One chain of statements on the transaction's connection (built, not run, here).
+    const writes = (conn: Connection): Effect.Effect<void, SqlError | Backend.SeqConflict | Backend.LeaseLost | StoreError> => {
+      let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
+      for (let i = 0; i < records.length; i++) {
+        const stored = records[i]!
+        if (options.faultPoint !== undefined) {
+          chain = Effect.zipRight(chain, faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }))
+        }
+        chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
+      }
+      if (agent !== undefined) chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedAt]))
+      const checked = Effect.flatMap(
+        Effect.zipRight(chain, exec(conn, updateSql, update)),
+        // No row: the sequence number is not the run's next one.
+        (rows): Effect.Effect<void, SqlError | Backend.LeaseLost | Backend.SeqConflict> =>
+          rows.length !== 1
+            ? Effect.fail(new Backend.SeqConflict())
+            : fenced
+            ? Effect.flatMap(exec(conn, leaseOwnerSql, [runId]), (lease) => {
+              const holder = (lease[0] as { readonly owner?: string } | undefined)?.owner
+              return holder === owner ? Effect.void : Effect.fail(new Backend.LeaseLost({ holder: holder ?? "" }))
+            })
+            : Effect.void
+      )
+      return options.faultPoint === undefined
+        ? checked
+        : Effect.zipRight(checked, faultIn(conn, { stage: "BeforeCommit", runId, seq: end - 1, index: records.length }))
+    }
+    return transaction(writes)
+  }
+}
+
+/** The PostgreSQL backend over `sql` (every operation reserves a pooled connection through `connect`). */
+export const backend = (sql: SqlClient.SqlClient, options: Options, connect: Statements.Connect): Effect.Effect<RunLogStore.Backend> =>
+  Backend.make(sql, options, connect, (statements) => makeAppend(statements, options))

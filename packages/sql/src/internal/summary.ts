@@ -1,0 +1,135 @@
+/**
+ * The run's summary row (`polyloop_runs`), shared by both dialects: what each record adds to it
+ * (written atomically with every append, so `listRuns` is one query and costs constant work per
+ * step), the record columns derived from a record (`step`, the agent's name), and how a row is
+ * read back into a `RunLogStore.RunSummary`.
+ *
+ * @internal
+ */
+import { StoreError } from "@polyloop/core/Errors"
+import type { RunId } from "@polyloop/core/Ids"
+import { totalTokens } from "@polyloop/core/ModelReply"
+import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import { StopReason } from "@polyloop/core/StopReason"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+
+/** The `step` column of a record's row (null for records outside a step). */
+export const stepOf = (record: RunLog.RunRecord): number | null => {
+  switch (record._tag) {
+    case "ModelReplied":
+    case "ActionResulted":
+    case "StepCompleted":
+      return record.step
+    case "RunResumed":
+      return record.fromStep
+    default:
+      return null
+  }
+}
+
+/** What one record adds to the run's summary row (`finished`: the record ends the run). */
+export interface RecordDelta {
+  steps: number
+  effectiveSteps: number
+  tokens: number
+  elapsed: number
+  finished: RunLog.RunFinished | undefined
+}
+
+/** Adds what `record` contributes to the run's summary row to `delta`. */
+export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDelta => {
+  switch (record._tag) {
+    case "ModelReplied":
+      delta.tokens += totalTokens(record.reply.usage)
+      break
+    case "ActionResulted":
+      if (record.outcome.status === "Executed") delta.effectiveSteps++
+      break
+    case "StepCompleted":
+      delta.steps++
+      delta.elapsed += record.elapsed
+      break
+    case "RunFinished":
+      delta.finished = record
+      break
+    default:
+      break
+  }
+  return delta
+}
+
+/** A delta that adds nothing. */
+export const emptyDelta = (): RecordDelta => ({ steps: 0, effectiveSteps: 0, tokens: 0, elapsed: 0, finished: undefined })
+
+/** What an append adds to the run's summary row. */
+export const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>): RecordDelta => {
+  const delta = emptyDelta()
+  for (const { record } of records) addDelta(delta, record)
+  return delta
+}
+
+/** The agent's name a `RunStarted` record carries, for the summary row ("?" if it has none). */
+export const agentOf = (record: RunLog.RunRecord): string =>
+  Option.match(RunLogStore.summarize(RunLog.fromRecords([record])), { onNone: () => "?", onSome: (s) => s.agent })
+
+const encodeStopReasonSync = Schema.encodeEither(Schema.parseJson(StopReason))
+
+/** The stop reason's JSON for the summary row, or a typed `Encode` failure. */
+export const stopReasonJson = (runId: RunId, finished: RunLog.RunFinished): Effect.Effect<string, StoreError> | string => {
+  const encoded = encodeStopReasonSync(finished.stopReason)
+  return encoded._tag === "Right"
+    ? encoded.right
+    : Effect.fail(
+      new StoreError({ reason: "Encode", runId, message: `run ${runId}: the stop reason does not encode`, cause: encoded.left })
+    )
+}
+
+const Numeric = Schema.Union(Schema.Number, Schema.NumberFromString)
+
+const SummaryRow = Schema.Struct({
+  run_id: Schema.String,
+  agent: Schema.String,
+  status: RunLogStore.RunStatus,
+  stop_reason: Schema.NullOr(Schema.parseJson(StopReason)),
+  steps: Numeric,
+  effective_steps: Numeric,
+  tokens: Numeric,
+  started_at: Numeric,
+  finished_at: Schema.NullOr(Numeric),
+  elapsed: Numeric
+})
+
+const decodeSummaryRows = Schema.decodeUnknown(Schema.Array(SummaryRow))
+
+/** Rows of `polyloop_runs` (all the summary's columns) as `RunSummary`s; a row that does not decode is `StoreError { reason: "Decode" }`. */
+export const decodeSummaries = (
+  rows: ReadonlyArray<unknown>,
+  path: string | undefined
+): Effect.Effect<ReadonlyArray<RunLogStore.RunSummary>, StoreError> =>
+  decodeSummaryRows(rows).pipe(
+    Effect.mapError((error) =>
+      new StoreError({
+        reason: "Decode",
+        ...(path === undefined ? {} : { path }),
+        message: `a run summary does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+      })
+    ),
+    Effect.map((decoded) =>
+      decoded.map((row): RunLogStore.RunSummary => ({
+        runId: row.run_id,
+        agent: row.agent,
+        status: row.status,
+        stopReason: Option.fromNullable(row.stop_reason),
+        steps: row.steps,
+        effectiveSteps: row.effective_steps,
+        tokens: row.tokens,
+        startedAt: row.started_at,
+        finishedAt: Option.fromNullable(row.finished_at),
+        elapsed: row.elapsed
+      }))
+    )
+  )
