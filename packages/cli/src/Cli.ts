@@ -21,6 +21,7 @@ import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { CliError } from "./CliError.js"
+import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
 import * as Serve from "./Serve.js"
@@ -100,6 +101,8 @@ export const demo = Command.make(
 
 const encodeSummaries = Schema.encodeSync(Schema.Array(RunLogStore.RunSummary))
 
+const statusOf = { finished: "Finished", unfinished: "Unfinished", suspended: "Suspended" } as const
+
 /** `polyloop runs`. */
 export const runs = Command.make(
   "runs",
@@ -108,7 +111,10 @@ export const runs = Command.make(
     pg,
     json,
     limit: Options.integer("limit").pipe(Options.optional, Options.withDescription("at most this many runs (newest first)")),
-    status: Options.choice("status", ["finished", "unfinished"]).pipe(Options.optional, Options.withDescription("only finished or unfinished runs"))
+    status: Options.choice("status", ["finished", "unfinished", "suspended"]).pipe(
+      Options.optional,
+      Options.withDescription("only finished, unfinished, or suspended runs (unfinished and waiting for a decision: see polyloop pending)")
+    )
   },
   (options) =>
     Effect.gen(function*() {
@@ -118,7 +124,7 @@ export const runs = Command.make(
       const store = yield* RunLogStore.RunLogStore
       const summaries = yield* store.listRuns({
         ...(Option.isSome(options.limit) ? { limit: options.limit.value } : {}),
-        ...(Option.isSome(options.status) ? { status: options.status.value === "finished" ? "Finished" : "Unfinished" } : {})
+        ...(Option.isSome(options.status) ? { status: statusOf[options.status.value] } : {})
       })
       if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
       const style = yield* Style.detect
@@ -129,7 +135,11 @@ export const runs = Command.make(
       const rows = summaries.map((summary) => [
         summary.runId,
         summary.agent,
-        summary.status === "Finished" ? style.green("finished") : style.yellow("unfinished"),
+        summary.status === "Finished"
+          ? style.green("finished")
+          : summary.status === "Suspended"
+          ? style.cyan("suspended")
+          : style.yellow("unfinished"),
         Option.match(summary.stopReason, {
           onNone: () => "-",
           onSome: (reason) => reason._tag === "Completed" ? StopReason.format(reason) : style.red(StopReason.format(reason))
@@ -267,10 +277,24 @@ export const serve = Command.make(
 // polyloop
 // -----------------------------------------------------------------------------
 
+/** What the approval commands share with the others. */
+const common: Approvals.Common = { db, pg, json, location, decodeRunId }
+
 /** `polyloop` and its subcommands. */
 export const command = Command.make("polyloop").pipe(
-  Command.withDescription("Durable, reproducible LLM agent loops: run the demo, list runs, show and export them, view them in the browser."),
-  Command.withSubcommands([demo, runs, show, exportRun, serve])
+  Command.withDescription(
+    "Durable, reproducible LLM agent loops: run the demo, list runs, show and export them, view them in the browser, decide on calls waiting for approval."
+  ),
+  Command.withSubcommands([
+    demo,
+    runs,
+    show,
+    exportRun,
+    serve,
+    Approvals.pending(common),
+    Approvals.approve(common),
+    Approvals.reject(common)
+  ])
 )
 
 /** Runs the command on `process.argv`-style arguments. */

@@ -5,6 +5,11 @@
  */
 
 /**
+ * The approval commands (design 0160): `polyloop pending` lists the calls suspended runs wait for, with their arguments and action hash; `polyloop approve RUN CALL` and `polyloop reject RUN CALL --reason …` record a decision with `Agent.decide` (the next `Agent.run` of the run, or a worker, resumes it). `--hash` binds the decision to the action the person saw: a prefix of at least 8 characters of the hash `pending` shows; another action's hash is refused.
+ */
+export * as Approvals from "./Approvals.js"
+
+/**
  * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's transcript; `export` writes a run's records as JSON or JSON lines; `serve` shows them in the browser. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and the ones that print take `--json` for machine output.
  */
 export * as Cli from "./Cli.js"
