@@ -26,7 +26,6 @@ import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as EventSink from "@polyloop/core/EventSink"
 import { runId } from "@polyloop/core/Ids"
-import type { LoopEvent } from "@polyloop/core/LoopEvent"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as StopReason from "@polyloop/core/StopReason"
 import * as Tool from "@polyloop/core/Tool"
@@ -35,6 +34,7 @@ import * as McpClient from "@polyloop/mcp/McpClient"
 import * as McpToolkit from "@polyloop/mcp/McpToolkit"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import { print } from "./steps.js"
 
 /** The filesystem server's entry point, from node_modules (nothing is downloaded). */
 const filesystemServer = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-filesystem/dist/index.js")
@@ -68,27 +68,6 @@ const script = (dir: string): ReadonlyArray<ScriptedModel.Scripted> => [
   ScriptedModel.toolCall("read_text_file", { path: "/etc/hostname" }),
   ScriptedModel.toolCall("submit", { summary: "2 open items written to open.md" })
 ]
-
-const oneLine = (text: string, max = 110): string => {
-  const flat = text.replace(/\s+/g, " ").trim()
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat
-}
-
-/** Each step as it happens. */
-const print = (event: LoopEvent): Effect.Effect<void> => {
-  switch (event._tag) {
-    case "DecisionParsed":
-      return event.decision._tag === "Act" && event.decision.action._tag === "ToolCall"
-        ? Console.log(`step ${event.step}: ${event.decision.action.name} ${JSON.stringify(event.decision.action.arguments)}`)
-        : Console.log(`step ${event.step}: ${event.decision._tag}`)
-    case "ActionExecuted":
-      return Console.log(`        ${event.outcome.status}${event.outcome.observationIsSynthetic ? " (synthetic)" : ""}: ${oneLine(event.outcome.observation)}`)
-    case "RunFinished":
-      return Console.log(`stop: ${StopReason.format(event.stopReason)}`)
-    default:
-      return Effect.void
-  }
-}
 
 const main = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem

@@ -16,8 +16,6 @@ import * as Agent from "@polyloop/core/Agent"
 import * as EventSink from "@polyloop/core/EventSink"
 import { runId } from "@polyloop/core/Ids"
 import * as JsonActionParser from "@polyloop/core/JsonActionParser"
-import type { LoopEvent } from "@polyloop/core/LoopEvent"
-import type { ParsedReply } from "@polyloop/core/ParsedReply"
 import * as StopReason from "@polyloop/core/StopReason"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
@@ -27,45 +25,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as path from "node:path"
 import * as GovDoc from "./govdoc.js"
-
-const oneLine = (text: string, max = 100): string => {
-  const flat = text.replace(/\s+/g, " ").trim()
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat
-}
-
-const describe = (decision: ParsedReply): string => {
-  switch (decision._tag) {
-    case "Act":
-      return decision.action._tag === "ToolCall"
-        ? `${decision.action.name} ${JSON.stringify(decision.action.arguments)}`
-        : `${decision.action.language} code`
-    case "Finish":
-      return `final answer ${JSON.stringify(decision.answer)}`
-    case "NoAction":
-      return "no action"
-    case "InvalidDecision":
-      return `invalid decision: ${oneLine(decision.explanation)}`
-  }
-}
-
-/** One line per interesting event. */
-const print = (event: LoopEvent): Effect.Effect<void> => {
-  switch (event._tag) {
-    case "RunResumed":
-      return Console.log(`resumed at step ${event.fromStep}`)
-    case "DecisionParsed":
-      return Console.log(`step ${event.step}: ${describe(event.decision)}`)
-    case "ActionExecuted": {
-      const outcome = event.outcome
-      const synthetic = outcome.observationIsSynthetic ? " (synthetic)" : ""
-      return Console.log(`        ${outcome.status}${synthetic}: ${oneLine(outcome.observation)}`)
-    }
-    case "RunFinished":
-      return Console.log(`stop: ${StopReason.format(event.stopReason)}`)
-    default:
-      return Effect.void
-  }
-}
+import { print } from "./steps.js"
 
 const main = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem

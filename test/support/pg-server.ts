@@ -13,6 +13,7 @@ import * as Fs from "node:fs"
 import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as Apt from "./apt.js"
 
 /** A running private server. */
 export interface PgServer {
@@ -32,7 +33,7 @@ export interface StartOptions {
   readonly log?: (line: string) => void
 }
 
-const isRoot = (): boolean => typeof process.getuid === "function" && process.getuid() === 0
+const isRoot = Apt.isRoot
 
 const tail = (text: string | Buffer | null | undefined, lines = 25): string => {
   const s = (text ?? "").toString().trimEnd()
@@ -100,36 +101,8 @@ export const findBinDir = (): string | undefined => {
 }
 
 /** Installs Debian's `postgresql` package non-interactively (root only). */
-export const install = (log: (line: string) => void): void => {
-  if (!isRoot()) {
-    throw new Error(
-      "PostgreSQL server binaries (initdb, pg_ctl, postgres) were not found and this process is not root, " +
-        "so they cannot be installed here. Install them (Debian: `apt-get install postgresql`) " +
-        "or point POLYLOOP_PG_BIN at their directory."
-    )
-  }
-  const aptGet = ["/usr/bin/apt-get", "/bin/apt-get"].find((p) => Fs.existsSync(p))
-  if (aptGet === undefined) {
-    throw new Error("PostgreSQL server binaries were not found and apt-get is not available to install them")
-  }
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
-  const installArgs = ["install", "-y", "-q", "--no-install-recommends", "postgresql"]
-  log("polyloop test setup: PostgreSQL binaries missing, installing Debian's postgresql package…")
-  try {
-    run(aptGet, installArgs, { env, timeoutMs: 20 * 60_000 })
-  } catch (first) {
-    // A fresh machine often has no package lists yet.
-    log("polyloop test setup: apt-get install failed, running apt-get update and retrying…")
-    try {
-      run(aptGet, ["update", "-q"], { env, timeoutMs: 10 * 60_000 })
-      run(aptGet, installArgs, { env, timeoutMs: 20 * 60_000 })
-    } catch (second) {
-      throw new Error(
-        `installing PostgreSQL failed.\nfirst attempt: ${(first as Error).message}\nafter apt-get update: ${(second as Error).message}`
-      )
-    }
-  }
-}
+export const install = (log: (line: string) => void): void =>
+  Apt.install("postgresql", "PostgreSQL server binaries (initdb, pg_ctl, postgres)", log)
 
 /** A free TCP port on 127.0.0.1 other than PostgreSQL's default 5432. */
 const freePort = async (): Promise<number> => {

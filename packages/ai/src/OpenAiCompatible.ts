@@ -2,7 +2,9 @@
  * A `ModelClient` for any server that speaks OpenAI's Chat Completions API — OpenAI itself, vLLM,
  * Ollama, LM Studio, OpenRouter, llama.cpp — on `@effect/platform`'s `HttpClient`, configured
  * in code (`layer`) or from `Config` (`layerConfig`: `POLYLOOP_MODEL`, `POLYLOOP_BASE_URL`,
- * `POLYLOOP_API_KEY`, `POLYLOOP_TIMEOUT`).
+ * `POLYLOOP_API_KEY`, `POLYLOOP_TIMEOUT`, and for Azure and organisations
+ * `POLYLOOP_API_KEY_HEADER`, `POLYLOOP_API_VERSION`, `POLYLOOP_ORGANIZATION`, `POLYLOOP_PROJECT`,
+ * `POLYLOOP_MAX_TOKENS_PARAMETER`).
  *
  * Why not through `@effect/ai-openai` and `AiModelClient`: its `OpenAiLanguageModel` (0.41)
  * speaks only OpenAI's newer Responses API (`POST /responses`), which most compatible servers do
@@ -11,15 +13,23 @@
  * parser would have turned it into an observation the model can correct. This client posts to
  * `<baseUrl>/chat/completions` and returns tool calls exactly as the model wrote them.
  *
+ * Replies (design 0140): the finish reason normalised (raw word kept); a refusal kept (and the
+ * text when there is no other); `content` given as an array of parts (Mistral) read; reasoning
+ * (`reasoning_content`, `reasoning`, Mistral's thinking parts) and usage details (cached input,
+ * reasoning tokens) kept; a missing or empty tool-call id becomes `call_<index>`.
+ *
  * Errors (`ModelError`): connection failures, the timeout, 429 and 5xx are `retryable`; any other
- * status and a body that is not a chat completion are not. Messages name the endpoint and the
- * status, never the API key, a header or any body content.
+ * status, a quota error (`insufficient_quota`) and a body that is not a chat completion are not.
+ * An error carries the provider's `code`, `type`, `param`, request id and retry hint
+ * (`retry-after`, `retry-after-ms`, `x-ratelimit-reset-*`). Messages name the endpoint, the status
+ * and the code, never the API key, a header or any free text of a body.
  *
  * @since 0.1.0
  */
 import * as HttpClient from "@effect/platform/HttpClient"
 import type * as HttpClientError from "@effect/platform/HttpClientError"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
 import * as Duration from "effect/Duration"
@@ -28,7 +38,7 @@ import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
-import type * as Redacted from "effect/Redacted"
+import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { ModelError } from "@polyloop/core/Errors"
 import type * as Message from "@polyloop/core/Message"
@@ -45,37 +55,93 @@ export const defaultBaseUrl = "https://api.openai.com/v1"
 /** One minute, the default cut of one request. */
 export const defaultTimeout: Duration.Duration = Duration.seconds(60)
 
+/** The name of the output-token limit in the request body. */
+export type MaxTokensParameter = "max_tokens" | "max_completion_tokens"
+
 /** How to reach the server. */
 export interface Options {
   /** The model, unless the request's `ModelSettings.model` names one (the agent's setting wins). */
   readonly model: string
-  /** The API root, without `/chat/completions` (default `https://api.openai.com/v1`). */
+  /**
+   * The API root, without `/chat/completions` (default `https://api.openai.com/v1`). A query it
+   * carries (Azure's `?api-version=…`) is sent after `/chat/completions`.
+   */
   readonly baseUrl?: string | undefined
-  /** Sent as `Authorization: Bearer …`; omit it for local servers that need none. */
+  /** Sent as `Authorization: Bearer …` (or in `apiKeyHeader`); omit it for local servers that need none. */
   readonly apiKey?: Redacted.Redacted | undefined
+  /** Send the key as the value of this header instead of as a bearer token (Azure: `api-key`). */
+  readonly apiKeyHeader?: string | undefined
+  /** Query parameters of every request (Azure: `{ "api-version": "2024-10-21" }`). */
+  readonly query?: Readonly<Record<string, string>> | undefined
+  /** Sent as `OpenAI-Organization`. */
+  readonly organization?: string | undefined
+  /** Sent as `OpenAI-Project`. */
+  readonly project?: string | undefined
+  /**
+   * The body field `ModelSettings.maxOutputTokens` is sent as. Default: `max_completion_tokens`
+   * for OpenAI's and Azure's endpoints (their reasoning models refuse `max_tokens`),
+   * `max_tokens` for every other server (most compatible servers know only that one).
+   */
+  readonly maxTokensParameter?: MaxTokensParameter | undefined
   /** Cut of one request, answer body included (default 60 seconds); a cut is a retryable `ModelError`. */
   readonly timeout?: Duration.DurationInput | undefined
   /** Extra headers sent with every request (e.g. OpenRouter's `HTTP-Referer`, `X-Title`). */
   readonly headers?: Readonly<Record<string, string>> | undefined
 }
 
+/** `max_completion_tokens` for OpenAI's own and Azure OpenAI's hosts, `max_tokens` for the rest. */
+export const defaultMaxTokensParameter = (baseUrl: string): MaxTokensParameter => {
+  try {
+    const host = new URL(baseUrl).hostname
+    return host === "api.openai.com" || host.endsWith(".openai.azure.com") ? "max_completion_tokens" : "max_tokens"
+  } catch {
+    return "max_tokens"
+  }
+}
+
+const optionalString = (name: string) => Config.option(Config.nonEmptyString(name)).pipe(Config.map(Option.getOrUndefined))
+
 /**
  * `Options` read from the environment: `POLYLOOP_MODEL` (required), `POLYLOOP_BASE_URL` (default
- * OpenAI), `POLYLOOP_API_KEY` (optional, redacted) and `POLYLOOP_TIMEOUT` (an Effect duration
- * such as `30 seconds` or `90000 millis`; default 60 seconds).
+ * OpenAI), `POLYLOOP_API_KEY` (optional, redacted), `POLYLOOP_TIMEOUT` (an Effect duration
+ * such as `30 seconds` or `90000 millis`; default 60 seconds), and optionally
+ * `POLYLOOP_API_KEY_HEADER` (e.g. `api-key` for Azure), `POLYLOOP_API_VERSION` (sent as the
+ * `api-version` query parameter), `POLYLOOP_ORGANIZATION`, `POLYLOOP_PROJECT` and
+ * `POLYLOOP_MAX_TOKENS_PARAMETER` (`max_tokens` or `max_completion_tokens`).
  */
 export const config: Config.Config<Options> = Config.all({
   model: Config.nonEmptyString("POLYLOOP_MODEL"),
   baseUrl: Config.nonEmptyString("POLYLOOP_BASE_URL").pipe(Config.withDefault(defaultBaseUrl)),
   apiKey: Config.option(Config.redacted("POLYLOOP_API_KEY")).pipe(Config.map(Option.getOrUndefined)),
+  apiKeyHeader: optionalString("POLYLOOP_API_KEY_HEADER"),
+  query: optionalString("POLYLOOP_API_VERSION").pipe(
+    Config.map((version) => (version === undefined ? undefined : { "api-version": version }))
+  ),
+  organization: optionalString("POLYLOOP_ORGANIZATION"),
+  project: optionalString("POLYLOOP_PROJECT"),
+  maxTokensParameter: Config.option(Config.literal("max_tokens", "max_completion_tokens")("POLYLOOP_MAX_TOKENS_PARAMETER")).pipe(
+    Config.map(Option.getOrUndefined)
+  ),
   timeout: Config.duration("POLYLOOP_TIMEOUT").pipe(Config.withDefault(defaultTimeout))
 })
+
+/**
+ * The URL of the chat completions endpoint: `<baseUrl path>/chat/completions`, then the base
+ * URL's own query and `query` (Azure: `…/deployments/<name>/chat/completions?api-version=…`).
+ */
+export const endpointUrl = (baseUrl: string, query: Readonly<Record<string, string>> = {}): string => {
+  const [root = "", ...rest] = baseUrl.split("?")
+  const params = new URLSearchParams(rest.join("?"))
+  for (const [key, value] of Object.entries(query)) params.set(key, value)
+  const search = params.toString()
+  return `${root.replace(/\/+$/, "")}/chat/completions${search === "" ? "" : `?${search}`}`
+}
 
 // -----------------------------------------------------------------------------
 // Wire format (Chat Completions)
 // -----------------------------------------------------------------------------
 
-/** A tool call as the server returns it. Servers differ: `id` may be missing, `arguments` may be an object. */
+/** A tool call as the server returns it. Servers differ: `id` may be missing or empty, `arguments` may be an object. */
 const WireToolCall = Schema.Struct({
   id: Schema.optional(Schema.NullOr(Schema.String)),
   function: Schema.Struct({
@@ -84,17 +150,33 @@ const WireToolCall = Schema.Struct({
   })
 })
 
+const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
+
 const WireUsage = Schema.Struct({
   prompt_tokens: Schema.optionalWith(Schema.NonNegativeInt, { default: () => 0 }),
-  completion_tokens: Schema.optionalWith(Schema.NonNegativeInt, { default: () => 0 })
+  completion_tokens: Schema.optionalWith(Schema.NonNegativeInt, { default: () => 0 }),
+  total_tokens: Count,
+  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: Count }))),
+  completion_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: Count }))),
+  /** DeepSeek's name for cached input tokens. */
+  prompt_cache_hit_tokens: Count
 })
+
+/**
+ * `content` is a string, or (Mistral's reasoning models, some gateways) an array of parts:
+ * `{type: "text", text}` and `{type: "thinking", thinking: [{type: "text", text}]}`.
+ */
+const WireContent = Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.Unknown)))
 
 /** The part of a chat completion polyloop reads. */
 const WireCompletion = Schema.Struct({
   choices: Schema.NonEmptyArray(
     Schema.Struct({
       message: Schema.Struct({
-        content: Schema.optional(Schema.NullOr(Schema.String)),
+        content: Schema.optional(WireContent),
+        refusal: Schema.optional(Schema.NullOr(Schema.String)),
+        reasoning_content: Schema.optional(Schema.NullOr(Schema.String)),
+        reasoning: Schema.optional(Schema.NullOr(Schema.String)),
         tool_calls: Schema.optional(Schema.NullOr(Schema.Array(WireToolCall)))
       }),
       finish_reason: Schema.optional(Schema.NullOr(Schema.String))
@@ -157,10 +239,15 @@ export const toWireTool = (tool: ToolDefinition) => ({
 })
 
 /**
- * The request body: model, messages, tools and settings (`maxOutputTokens` as `max_tokens`);
- * `settings.extra` is merged last, verbatim, so it can add or override any field.
+ * The request body: model, messages, tools and settings (`maxOutputTokens` as
+ * `maxTokensParameter`, default `max_tokens`); `settings.extra` is merged last, verbatim, so it
+ * can add or override any field.
  */
-export const toRequestBody = (request: ModelRequest, defaultModel: string): Record<string, unknown> => {
+export const toRequestBody = (
+  request: ModelRequest,
+  defaultModel: string,
+  maxTokensParameter: MaxTokensParameter = "max_tokens"
+): Record<string, unknown> => {
   const settings: ModelSettings = request.settings
   const extra: Readonly<Record<string, Json>> = settings.extra ?? {}
   return {
@@ -169,7 +256,7 @@ export const toRequestBody = (request: ModelRequest, defaultModel: string): Reco
     ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toWireTool) }),
     ...(settings.temperature === undefined ? {} : { temperature: settings.temperature }),
     ...(settings.topP === undefined ? {} : { top_p: settings.topP }),
-    ...(settings.maxOutputTokens === undefined ? {} : { max_tokens: settings.maxOutputTokens }),
+    ...(settings.maxOutputTokens === undefined ? {} : { [maxTokensParameter]: settings.maxOutputTokens }),
     ...(settings.seed === undefined ? {} : { seed: settings.seed }),
     ...(settings.stop === undefined ? {} : { stop: settings.stop }),
     ...extra
@@ -187,6 +274,43 @@ const issuePaths = (error: ParseResult.ParseError): string => {
   return [...new Set(paths)].slice(0, 3).join(", ")
 }
 
+const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+/** The text and the thinking of a `content` given as parts (unknown parts are skipped). */
+const readParts = (parts: ReadonlyArray<unknown>): { readonly text: string; readonly thinking: string } => {
+  let text = ""
+  let thinking = ""
+  for (const part of parts) {
+    if (!isRecord(part)) continue
+    if (part.type === "text" && typeof part.text === "string") text += part.text
+    else if (part.type === "thinking" && Array.isArray(part.thinking)) thinking += readParts(part.thinking).text
+    else if (part.type === "thinking" && typeof part.thinking === "string") thinking += part.thinking
+  }
+  return { text, thinking }
+}
+
+const nonEmpty = (text: string | null | undefined): string | undefined => (text === undefined || text === null || text === "" ? undefined : text)
+
+/**
+ * The usage as billed: the prompt tokens, and the completion tokens plus the reasoning tokens
+ * when the server counts those outside the completion (its `total_tokens` says so: prompt +
+ * completion + reasoning). Cached and reasoning counts are kept as details.
+ */
+export const readUsage = (usage: typeof WireUsage.Type | null | undefined): ModelReply.Usage => {
+  if (usage === undefined || usage === null) return ModelReply.emptyUsage
+  const cached = usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ?? undefined
+  const reasoning = usage.completion_tokens_details?.reasoning_tokens ?? undefined
+  const reasoningOutside = reasoning !== undefined && reasoning > 0 &&
+    usage.total_tokens === usage.prompt_tokens + usage.completion_tokens + reasoning
+  return {
+    inputTokens: usage.prompt_tokens,
+    outputTokens: usage.completion_tokens + (reasoningOutside ? reasoning : 0),
+    ...(cached === undefined || cached === null ? {} : { cachedInputTokens: cached }),
+    ...(reasoning === undefined || reasoning === null ? {} : { reasoningTokens: reasoning })
+  }
+}
+
 /**
  * Reads a 2xx body into a reply. A body that is not JSON or not a chat completion is a
  * non-retryable `ModelError`; an error object in the body is classified by its numeric code.
@@ -201,10 +325,15 @@ export const parseCompletion = (body: string, endpoint: string): Either.Either<M
     const reported = decodeErrorBody(json.right)
     if (Either.isRight(reported)) {
       const code = reported.right.error.code
+      const provider = Errors.providerErrorOf(json.right)
       return Either.left(
         typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599
-          ? Errors.statusError(source, endpoint, code)
-          : new ModelError({ retryable: false, message: `${source}: ${endpoint} reported an error in its answer` })
+          ? Errors.providerStatusError(source, endpoint, code, { headers: {}, body: json.right, nowMillis: 0 })
+          : new ModelError({
+            retryable: false,
+            message: `${source}: ${endpoint} reported an error in its answer${provider.code === undefined ? "" : ` (${provider.code})`}`,
+            ...provider
+          })
       )
     }
     return Either.left(
@@ -215,18 +344,23 @@ export const parseCompletion = (body: string, endpoint: string): Either.Either<M
     )
   }
   const choice = completion.right.choices[0]
-  const usage = completion.right.usage
+  const message = choice.message
+  const content = message.content
+  const parts = Array.isArray(content) ? readParts(content) : undefined
+  const refusal = nonEmpty(message.refusal)
+  const text = parts !== undefined ? parts.text : typeof content === "string" ? content : ""
+  const reasoning = nonEmpty(message.reasoning_content) ?? nonEmpty(message.reasoning) ?? nonEmpty(parts?.thinking)
   return Either.right(ModelReply.make({
-    text: choice.message.content ?? "",
-    toolCalls: (choice.message.tool_calls ?? []).map((call, index) => ({
-      id: call.id ?? `call_${index}`,
+    text: text === "" && refusal !== undefined ? refusal : text,
+    toolCalls: (message.tool_calls ?? []).map((call, index) => ({
+      id: nonEmpty(call.id) ?? `call_${index}`,
       name: call.function.name,
       argumentsText: argumentsText(call.function.arguments)
     })),
-    usage: usage === undefined || usage === null
-      ? ModelReply.emptyUsage
-      : { inputTokens: usage.prompt_tokens, outputTokens: usage.completion_tokens },
-    ...(choice.finish_reason === undefined || choice.finish_reason === null ? {} : { finishReason: choice.finish_reason })
+    usage: readUsage(completion.right.usage),
+    refusal,
+    reasoning,
+    finishReason: choice.finish_reason ?? undefined
   }))
 }
 
@@ -249,30 +383,46 @@ const fromHttpError = (endpoint: string) => (error: HttpClientError.HttpClientEr
 /** Makes the client on the `HttpClient` in context. */
 export const make = (options: Options): Effect.Effect<ModelClient.Service, never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
-    const url = `${(options.baseUrl ?? defaultBaseUrl).replace(/\/+$/, "")}/chat/completions`
+    const baseUrl = options.baseUrl ?? defaultBaseUrl
+    const url = endpointUrl(baseUrl, options.query)
     const endpoint = Errors.describeEndpoint(url)
     const timeout = Duration.decode(options.timeout ?? defaultTimeout)
+    const maxTokensParameter = options.maxTokensParameter ?? defaultMaxTokensParameter(baseUrl)
     const apiKey = options.apiKey
-    const headers = options.headers
+    const apiKeyHeader = options.apiKeyHeader
+    const headers: Record<string, string> = {
+      ...(options.organization === undefined ? {} : { "OpenAI-Organization": options.organization }),
+      ...(options.project === undefined ? {} : { "OpenAI-Project": options.project }),
+      ...options.headers
+    }
     const client = (yield* HttpClient.HttpClient).pipe(
       HttpClient.mapRequest((request) => {
-        const withHeaders = headers === undefined ? request : HttpClientRequest.setHeaders(request, headers)
-        const withKey = apiKey === undefined ? withHeaders : HttpClientRequest.bearerToken(withHeaders, apiKey)
+        const withHeaders = HttpClientRequest.setHeaders(request, headers)
+        const withKey = apiKey === undefined
+          ? withHeaders
+          : apiKeyHeader === undefined
+          ? HttpClientRequest.bearerToken(withHeaders, apiKey)
+          : HttpClientRequest.setHeader(withHeaders, apiKeyHeader, Redacted.value(apiKey))
         return HttpClientRequest.acceptJson(withKey)
       })
     )
     const toError = fromHttpError(endpoint)
 
     const generate = (request: ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> => {
-      const body = toRequestBody(request, options.model)
+      const body = toRequestBody(request, options.model, maxTokensParameter)
       return Effect.gen(function*() {
         const response = yield* client.execute(
           HttpClientRequest.bodyUnsafeJson(HttpClientRequest.post(url), body)
         ).pipe(Effect.mapError(toError))
         if (response.status < 200 || response.status >= 300) {
-          // Drain the body so the connection is released; its content is never used.
-          yield* Effect.ignore(response.text)
-          return yield* Errors.statusError(source, endpoint, response.status)
+          // Only the error object's code, type and param are read from the body, never its text.
+          const errorBody = yield* response.text.pipe(Effect.orElseSucceed(() => ""))
+          const nowMillis = yield* Clock.currentTimeMillis
+          return yield* Errors.providerStatusError(source, endpoint, response.status, {
+            headers: response.headers,
+            body: Either.getOrUndefined(decodeJson(errorBody)),
+            nowMillis
+          })
         }
         const text = yield* response.text.pipe(Effect.mapError(toError))
         return yield* parseCompletion(text, endpoint)

@@ -31,6 +31,7 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type { ModelClient, ModelRequest } from "@polyloop/core/ModelClient"
 import type { ModelReply } from "@polyloop/core/ModelReply"
+import * as ModelReplyModule from "@polyloop/core/ModelReply"
 import * as AiModelClient from "@polyloop/ai/AiModelClient"
 import * as OpenAiCompatible from "@polyloop/ai/OpenAiCompatible"
 import * as OpenAiResponses from "@polyloop/ai/OpenAiResponses"
@@ -40,7 +41,21 @@ import { clientOf } from "./helpers.js"
 
 // --- Wire formats ------------------------------------------------------------------------------
 
-/** A reply as a Chat Completions server serves it: every field of `ModelReply` has a place. */
+/**
+ * The replies a Chat Completions answer can express exactly: no cache-write count (the API has
+ * none), tool-call ids not empty (an empty id is given `call_<index>`), a refusal or reasoning
+ * not empty, a refusal only beside text (a lone refusal is also the reply's text), and a raw
+ * finish reason that is a provider's word for the normalised one.
+ */
+const chatExpressible = (reply: ModelReply): boolean =>
+  reply.usage.cacheWriteInputTokens === undefined &&
+  reply.toolCalls.every((call) => call.id !== "") &&
+  reply.reasoning !== "" &&
+  (reply.refusal === undefined || (reply.refusal !== "" && reply.text !== "")) &&
+  (reply.rawFinishReason === undefined ||
+    (reply.rawFinishReason !== reply.finishReason && ModelReplyModule.normaliseFinishReason(reply.rawFinishReason) === reply.finishReason))
+
+/** A reply as a Chat Completions server serves it: every expressible field of `ModelReply` has a place. */
 const chatCompletion = (reply: ModelReply): unknown => ({
   id: "chatcmpl-contract",
   object: "chat.completion",
@@ -51,6 +66,8 @@ const chatCompletion = (reply: ModelReply): unknown => ({
     message: {
       role: "assistant",
       content: reply.text === "" && reply.toolCalls.length > 0 ? null : reply.text,
+      ...(reply.refusal === undefined ? {} : { refusal: reply.refusal }),
+      ...(reply.reasoning === undefined ? {} : { reasoning_content: reply.reasoning }),
       ...(reply.toolCalls.length === 0 ? {} : {
         tool_calls: reply.toolCalls.map((call) => ({
           id: call.id,
@@ -59,12 +76,14 @@ const chatCompletion = (reply: ModelReply): unknown => ({
         }))
       })
     },
-    finish_reason: reply.finishReason ?? null
+    finish_reason: reply.rawFinishReason ?? reply.finishReason ?? null
   }],
   usage: {
     prompt_tokens: reply.usage.inputTokens,
     completion_tokens: reply.usage.outputTokens,
-    total_tokens: reply.usage.inputTokens + reply.usage.outputTokens
+    total_tokens: reply.usage.inputTokens + reply.usage.outputTokens,
+    ...(reply.usage.cachedInputTokens === undefined ? {} : { prompt_tokens_details: { cached_tokens: reply.usage.cachedInputTokens } }),
+    ...(reply.usage.reasoningTokens === undefined ? {} : { completion_tokens_details: { reasoning_tokens: reply.usage.reasoningTokens } })
   }
 })
 
@@ -224,7 +243,7 @@ const compatible = (transportFailure: TransportFailure) =>
     transportFailure
   )
 
-ModelClientContract.suite("OpenAiCompatible", compatible("reset"), { exactReplies: true, hang: true })
+ModelClientContract.suite("OpenAiCompatible", compatible("reset"), { exactReplies: true, hang: true, expressible: chatExpressible })
 retryableWhenRefused("OpenAiCompatible", compatible("refused"))
 
 // --- OpenAiResponses ---------------------------------------------------------------------------

@@ -121,7 +121,8 @@ describe("OpenAiCompatible", () => {
           { id: "call_def", name: "read_file", argumentsText: args2 }
         ],
         usage: { inputTokens: 40, outputTokens: 12 },
-        finishReason: "tool_calls"
+        finishReason: "tool-calls",
+        rawFinishReason: "tool_calls"
       })
 
       const history = [
@@ -406,6 +407,11 @@ describe("OpenAiCompatible", () => {
           model: "m",
           baseUrl: "https://api.openai.com/v1",
           apiKey: undefined,
+          apiKeyHeader: undefined,
+          query: undefined,
+          organization: undefined,
+          project: undefined,
+          maxTokensParameter: undefined,
           timeout: OpenAiCompatible.defaultTimeout
         })
         const missing = yield* Effect.flip(

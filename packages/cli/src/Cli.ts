@@ -1,8 +1,9 @@
 /**
  * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill
  * itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's
- * transcript; `export` writes a run's records as JSON or JSON lines. Every subcommand takes
- * `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and `--json` for machine output.
+ * transcript; `export` writes a run's records as JSON or JSON lines; `serve` shows them in the
+ * browser. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and
+ * the ones that print take `--json` for machine output.
  *
  * @since 0.1.0
  */
@@ -14,13 +15,16 @@ import { RunId } from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
 import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { CliError } from "./CliError.js"
+import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
+import * as Serve from "./Serve.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
@@ -97,6 +101,8 @@ export const demo = Command.make(
 
 const encodeSummaries = Schema.encodeSync(Schema.Array(RunLogStore.RunSummary))
 
+const statusOf = { finished: "Finished", unfinished: "Unfinished", suspended: "Suspended" } as const
+
 /** `polyloop runs`. */
 export const runs = Command.make(
   "runs",
@@ -105,7 +111,10 @@ export const runs = Command.make(
     pg,
     json,
     limit: Options.integer("limit").pipe(Options.optional, Options.withDescription("at most this many runs (newest first)")),
-    status: Options.choice("status", ["finished", "unfinished"]).pipe(Options.optional, Options.withDescription("only finished or unfinished runs"))
+    status: Options.choice("status", ["finished", "unfinished", "suspended"]).pipe(
+      Options.optional,
+      Options.withDescription("only finished, unfinished, or suspended runs (unfinished and waiting for a decision: see polyloop pending)")
+    )
   },
   (options) =>
     Effect.gen(function*() {
@@ -115,7 +124,7 @@ export const runs = Command.make(
       const store = yield* RunLogStore.RunLogStore
       const summaries = yield* store.listRuns({
         ...(Option.isSome(options.limit) ? { limit: options.limit.value } : {}),
-        ...(Option.isSome(options.status) ? { status: options.status.value === "finished" ? "Finished" : "Unfinished" } : {})
+        ...(Option.isSome(options.status) ? { status: statusOf[options.status.value] } : {})
       })
       if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
       const style = yield* Style.detect
@@ -126,7 +135,11 @@ export const runs = Command.make(
       const rows = summaries.map((summary) => [
         summary.runId,
         summary.agent,
-        summary.status === "Finished" ? style.green("finished") : style.yellow("unfinished"),
+        summary.status === "Finished"
+          ? style.green("finished")
+          : summary.status === "Suspended"
+          ? style.cyan("suspended")
+          : style.yellow("unfinished"),
         Option.match(summary.stopReason, {
           onNone: () => "-",
           onSome: (reason) => reason._tag === "Completed" ? StopReason.format(reason) : style.red(StopReason.format(reason))
@@ -214,13 +227,74 @@ export const exportRun = Command.make(
 ).pipe(Command.withDescription("Write a run's records (as the store encodes them) as JSON or JSON lines, to standard output or --out."))
 
 // -----------------------------------------------------------------------------
+// serve
+// -----------------------------------------------------------------------------
+
+/** `polyloop serve`. */
+export const serve = Command.make(
+  "serve",
+  {
+    db,
+    pg,
+    host: Options.text("host").pipe(
+      Options.optional,
+      Options.withDescription(
+        `the address to bind (default ${Serve.defaultHost}); an address that is not loopback is served only when given here explicitly`
+      )
+    ),
+    port: Options.integer("port").pipe(Options.withDefault(Serve.defaultPort), Options.withDescription("the port (0: any free port)")),
+    interval: Options.integer("interval").pipe(
+      Options.withDefault(Duration.toMillis(Serve.defaultInterval)),
+      Options.withDescription("milliseconds between two polls of the store for live pages")
+    )
+  },
+  (options) =>
+    Effect.gen(function*() {
+      if (options.port < 0 || options.port > 65535) return yield* new CliError({ message: `--port must be 0 to 65535, not ${options.port}` })
+      if (options.interval < 10) return yield* new CliError({ message: `--interval must be 10 ms or more, not ${options.interval}` })
+      const bound = yield* Serve.serve({
+        ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
+        port: options.port,
+        interval: Duration.millis(options.interval)
+      })
+      if (!bound.loopback) {
+        yield* Console.error(
+          `polyloop serve: serving on ${bound.host}, which is not a loopback address (you asked for it with --host): ` +
+            "anyone who can reach it can read the runs (tasks, replies, tool output); there is no authentication"
+        )
+      }
+      yield* Console.log(`polyloop viewer on ${bound.url} (store: ${Store.describe(location(options))}); stop it with Ctrl-C`)
+      return yield* Effect.never
+    }).pipe(Effect.scoped, Effect.provide(Store.layerExisting(location(options))))
+).pipe(
+  Command.withDescription(
+    "Serve a run viewer in the browser: the runs list (filters, pages), each run's transcript updated live as any process writes it, and the JSON API under /api/. " +
+      `Binds ${Serve.defaultHost} unless --host says otherwise.`
+  )
+)
+
+// -----------------------------------------------------------------------------
 // polyloop
 // -----------------------------------------------------------------------------
 
+/** What the approval commands share with the others. */
+const common: Approvals.Common = { db, pg, json, location, decodeRunId }
+
 /** `polyloop` and its subcommands. */
 export const command = Command.make("polyloop").pipe(
-  Command.withDescription("Durable, reproducible LLM agent loops: run the demo, list runs, show and export them."),
-  Command.withSubcommands([demo, runs, show, exportRun])
+  Command.withDescription(
+    "Durable, reproducible LLM agent loops: run the demo, list runs, show and export them, view them in the browser, decide on calls waiting for approval."
+  ),
+  Command.withSubcommands([
+    demo,
+    runs,
+    show,
+    exportRun,
+    serve,
+    Approvals.pending(common),
+    Approvals.approve(common),
+    Approvals.reject(common)
+  ])
 )
 
 /** Runs the command on `process.argv`-style arguments. */

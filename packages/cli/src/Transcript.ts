@@ -207,15 +207,24 @@ const encodeUsage = (usage: { readonly inputTokens: number; readonly outputToken
 const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
 
-/** The transcript as a JSON value (`polyloop show --json`): records in their logged (encoded) form. */
+/**
+ * The transcript as a JSON value (`polyloop show --json`, and the run document of `polyloop
+ * serve`'s API): records in their logged (encoded) form; `snapshot` is the recorded snapshot as
+ * logged (canonical JSON value, whatever version wrote it), `budget` its budget (null when the
+ * snapshot does not decode with this version) and `used` what the run has used of it.
+ */
 export const toJson = (transcript: Transcript): unknown => {
   const budget = budgetOf(transcript)
+  const summary = transcript.summary
   return {
     runId: transcript.runId,
-    summary: encodeSummary(transcript.summary),
+    summary: encodeSummary(summary),
     task: transcript.started.task,
+    startedAt: transcript.started.startedAt,
     snapshotHash: transcript.started.snapshotHash,
+    snapshot: transcript.started.snapshot,
     budget: budget === undefined ? null : Schema.encodeSync(Snapshot.Snapshot.fields.agent.fields.budget)(budget),
+    used: { steps: summary.steps, effectiveSteps: summary.effectiveSteps, tokens: summary.tokens, elapsed: summary.elapsed },
     resumes: transcript.resumes.map((resume) => ({ fromStep: resume.fromStep, at: resume.at })),
     steps: transcript.steps.map((step) => ({
       step: step.step,

@@ -5,7 +5,12 @@
  */
 
 /**
- * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's transcript; `export` writes a run's records as JSON or JSON lines. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and `--json` for machine output.
+ * The approval commands (design 0160): `polyloop pending` lists the calls suspended runs wait for, with their arguments and action hash; `polyloop approve RUN CALL` and `polyloop reject RUN CALL --reason …` record a decision with `Agent.decide` (the next `Agent.run` of the run, or a worker, resumes it). `--hash` binds the decision to the action the person saw: a prefix of at least 8 characters of the hash `pending` shows; another action's hash is refused.
+ */
+export * as Approvals from "./Approvals.js"
+
+/**
+ * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's transcript; `export` writes a run's records as JSON or JSON lines; `serve` shows them in the browser. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and the ones that print take `--json` for machine output.
  */
 export * as Cli from "./Cli.js"
 
@@ -23,6 +28,11 @@ export * as Demo from "./Demo.js"
  * Text helpers of the `polyloop` command: one-line previews, times, durations, token counts, actions, statuses and aligned tables (widths computed on the visible text, so coloured cells line up).
  */
 export * as Format from "./Format.js"
+
+/**
+ * `polyloop serve`: a run viewer in the browser. An HTTP server (`@effect/platform`'s `HttpRouter` on `NodeHttpServer`) over a run store, serving a page (the runs list with filters and pages; one run's transcript, updated live while the run is written by any process) and the JSON API the page uses:
+ */
+export * as Serve from "./Serve.js"
 
 /**
  * Opening the run log store the command works on: a SQLite file (`--db`, default `./polyloop.db`) or a PostgreSQL database (`--pg <url>`), through `@polyloop/sql`.

@@ -34,10 +34,13 @@ import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
+import * as Fork from "./Fork.js"
 import { type ResultId, RunId, type StepIndex } from "./Ids.js"
+import * as Fingerprint from "./internal/fingerprint.js"
 import * as History from "./internal/history.js"
 import * as State from "./internal/state.js"
 import * as Tracing from "./internal/tracing.js"
+import * as Truncation from "./internal/truncation.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import { ModelClient, type ModelRequest, type ToolDefinition } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
@@ -110,8 +113,10 @@ interface Run {
   readonly derived: DerivedExecutor | undefined
   readonly sink: EventSink.EventSink.Service
   readonly texts: History.Texts
-  readonly schedule: Schedule.Schedule<unknown>
+  readonly schedule: Schedule.Schedule<unknown, ModelError>
   readonly modelTools: ReadonlyArray<ToolDefinition>
+  /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
+  readonly fingerprint: Fingerprint.Fingerprinter
   readonly maxDurationMillis: number | undefined
   /** Whether a tracer listens (see `traced`): per-step spans cost more than the rest of a step. */
   readonly traced: boolean
@@ -372,9 +377,14 @@ const generate = (run: Run, step: number) => {
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
   // `maxAttempts` times in all. Every failed attempt is logged.
+  // A retryable error whose `retryAfter` hint is beyond `modelRetry.maxDelay` is not retried:
+  // the step fails at once, the message saying why (design 0140).
+  const retry = run.request.agent.modelRetry
+  const waitable = (error: ModelError) => error.retryable && AgentDefinition.exceedsMaxDelay(retry, error) === undefined
+  const explained = (error: ModelError) => AgentDefinition.exceedsMaxDelay(retry, error) ?? error
   return call.pipe(
     Effect.catchAll((first) => {
-      if (!first.retryable) return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
+      if (!waitable(first)) return Effect.zipRight(logModelFailure(step, first), Effect.fail(explained(first)))
       const logged = Effect.tapError(call, (error) => logModelFailure(step, error))
       let replayed = false
       const again = Effect.suspend(() => {
@@ -382,11 +392,15 @@ const generate = (run: Run, step: number) => {
         replayed = true
         return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
       })
-      return Effect.retry(again, { schedule: run.schedule, while: (error) => error.retryable })
+      return Effect.mapError(Effect.retry(again, { schedule: run.schedule, while: waitable }), explained)
     }),
     span(run, "Agent.model", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))
   )
 }
+
+/** The decision of a reply: the parser's, or `InvalidDecision` for a reply cut off at the output limit (design 0140). */
+const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
+  Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
 
 /** One live step: model call, durable reply, parse, then `settle`. */
 const runStep = (run: Run): Effect.Effect<void, RunError> => {
@@ -394,11 +408,17 @@ const runStep = (run: Run): Effect.Effect<void, RunError> => {
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
     Effect.flatMap(generate(run, step), (reply) => {
-      const replied: RunLog.ModelReplied = { _tag: "ModelReplied", seq: run.state.seq, step: asStep(step), reply }
+      const replied: RunLog.ModelReplied = {
+        _tag: "ModelReplied",
+        seq: run.state.seq,
+        step: asStep(step),
+        reply,
+        requestHash: run.fingerprint.hash(run.state.messages)
+      }
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
         return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
-          Effect.flatMap(run.parser.parse(reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
+          Effect.flatMap(decideReply(run, reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
       })
     }))
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
@@ -437,7 +457,7 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
   })
 
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
-  if (started.snapshotHash === current.hash) return Effect.void
+  if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
   const differences = Snapshot.diff(started.snapshot, current.value)
   const tools = Snapshot.changedTools(started.snapshot, current.value)
   return Effect.fail(
@@ -477,13 +497,19 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
     if (Option.isSome(interrupted)) {
       const reply = interrupted.value.reply
       yield* Effect.gen(function*() {
-        const decision = yield* run.parser.parse(reply)
+        const decision = yield* decideReply(run, reply)
         yield* settle(run, fromStep, reply, decision, at, true)
       }).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
     }
   })
+
+/**
+ * Forks a recorded run at a step into a new run (`Fork.fork`, design 0170): the new log holds
+ * the parent's steps before `atStep` and `forkedFrom`; `run` on the new id continues from there.
+ */
+export const fork = Fork.fork
 
 /**
  * Runs `request.agent` on `request.task` under `request.runId`, durably. The run is claimed
@@ -550,6 +576,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           observationLimit: agent.observationLimit
         })
         const messages = History.initial(agent.systemPrompt, request.task)
+        const modelTools = request.tools.modelView()
         const current: Run = {
           runId,
           request,
@@ -561,7 +588,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           sink,
           texts,
           schedule: AgentDefinition.retrySchedule(agent.modelRetry),
-          modelTools: request.tools.modelView(),
+          modelTools,
+          fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           traced: Tracing.isTraced(tracer),
           silent: EventSink.isNoop(sink),
@@ -571,7 +599,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         if (Option.isSome(log.started)) {
           const rebuilt = yield* State.rebuild(runId, log, messages, texts)
           current.state = rebuilt.state
-          yield* resume(current, rebuilt.interrupted)
+          // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
+          if (!Fork.isUntouched(log)) yield* resume(current, rebuilt.interrupted)
         } else {
           yield* start(current, snapshot)
         }

@@ -8,14 +8,20 @@ import * as Duration from "effect/Duration"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { Budget, FiniteDurationFromMillis } from "./Budget.js"
+import { ModelError } from "./Errors.js"
 import { ModelSettings } from "./ModelSettings.js"
 import * as SyntheticObservations from "./SyntheticObservations.js"
 
-/** Retry policy of model calls on a retryable `ModelError`: jittered exponential backoff. */
+/**
+ * Retry policy of model calls on a retryable `ModelError`: jittered exponential backoff, and
+ * never sooner than the provider's `retryAfter` hint (design 0140). `maxDelay` bounds every
+ * wait: a hint beyond it is not waited for, the call fails at once (`exceedsMaxDelay`).
+ */
 export const ModelRetry = Schema.Struct({
   /** Attempts in all, the first included; 1 means no retry. */
   maxAttempts: Schema.Int.pipe(Schema.positive()),
   baseDelay: FiniteDurationFromMillis,
+  /** The longest wait before a retry, the provider's hint included. */
   maxDelay: FiniteDurationFromMillis
 })
 /** @since 0.1.0 */
@@ -28,13 +34,43 @@ export const defaultModelRetry: ModelRetry = {
   maxDelay: Duration.seconds(10)
 }
 
-/** The `Schedule` a `ModelRetry` stands for: jittered exponential backoff capped at `maxDelay`, `maxAttempts - 1` retries. */
-export const retrySchedule = (retry: ModelRetry): Schedule.Schedule<unknown> =>
+/**
+ * The `Schedule` a `ModelRetry` stands for, fed the failed call's `ModelError`: jittered
+ * exponential backoff capped at `maxDelay`, waiting at least the error's `retryAfter`, for
+ * `maxAttempts - 1` retries. (A hint beyond `maxDelay` is refused before, by `exceedsMaxDelay`.)
+ */
+export const retrySchedule = (retry: ModelRetry): Schedule.Schedule<unknown, ModelError> =>
   Schedule.exponential(retry.baseDelay).pipe(
     Schedule.jittered,
     Schedule.modifyDelay((d) => Duration.min(d, retry.maxDelay)),
-    Schedule.intersect(Schedule.recurs(Math.max(0, retry.maxAttempts - 1)))
+    Schedule.intersect(Schedule.recurs(Math.max(0, retry.maxAttempts - 1))),
+    Schedule.intersect(Schedule.identity<ModelError>()),
+    Schedule.modifyDelay(([, error], delay) =>
+      error.retryAfter === undefined ? delay : Duration.max(delay, error.retryAfter)
+    )
   )
+
+/**
+ * The error to fail with at once when a retryable error asks for a wait beyond `maxDelay`: the
+ * same error, its message saying what was asked and what the bound is. `undefined` otherwise.
+ */
+export const exceedsMaxDelay = (retry: ModelRetry, error: ModelError): ModelError | undefined => {
+  const hint = error.retryAfter
+  if (!error.retryable || hint === undefined || Duration.lessThanOrEqualTo(hint, retry.maxDelay)) return undefined
+  return new ModelError({
+    retryable: error.retryable,
+    message: `${error.message}; the provider asked to retry after ${Duration.format(hint)}, longer than modelRetry.maxDelay (${
+      Duration.format(retry.maxDelay)
+    }): not retried`,
+    ...(error.status === undefined ? {} : { status: error.status }),
+    retryAfter: hint,
+    ...(error.code === undefined ? {} : { code: error.code }),
+    ...(error.type === undefined ? {} : { type: error.type }),
+    ...(error.param === undefined ? {} : { param: error.param }),
+    ...(error.requestId === undefined ? {} : { requestId: error.requestId }),
+    ...(error.cause === undefined ? {} : { cause: error.cause })
+  })
+}
 
 /** How text action languages render an observation into history (`{observation}` is replaced). */
 export const HistoryRendering = Schema.Struct({

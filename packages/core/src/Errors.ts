@@ -4,7 +4,9 @@
  *
  * @since 0.1.0
  */
+import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
+import { FiniteDurationFromMillis } from "./Budget.js"
 import { JsonValue } from "./internal/jsonValue.js"
 
 /**
@@ -39,13 +41,40 @@ export class ExecutorRegistryMismatch extends Schema.TaggedError<ExecutorRegistr
   }
 }
 
-/** The model could not answer. `retryable`: transport failure, rate limit, server error. */
+/**
+ * The model could not answer. `retryable`: transport failure, rate limit, server error (a quota
+ * or billing refusal is not, whatever its status). What the provider said about it (design
+ * 0140): `retryAfter` (its "retry after" hint, encoded as milliseconds), its error `code`,
+ * `type` and `param`, and the `requestId` to quote to its support. Never the API key, a prompt
+ * or the provider's free-text message (it may quote the prompt).
+ */
 export class ModelError extends Schema.TaggedError<ModelError>()("ModelError", {
   retryable: Schema.Boolean,
   message: Schema.String,
   status: Schema.optional(Schema.Int),
+  /** How long the provider asked to wait before trying again. */
+  retryAfter: Schema.optional(FiniteDurationFromMillis),
+  /** The provider's error code, e.g. `insufficient_quota`, `context_length_exceeded`, `model_not_found`. */
+  code: Schema.optional(Schema.String),
+  /** The provider's error type, e.g. `invalid_request_error`, `overloaded_error`. */
+  type: Schema.optional(Schema.String),
+  /** The request parameter the provider blamed, e.g. `messages`, `max_tokens`. */
+  param: Schema.optional(Schema.String),
+  /** The provider's id of the request (`x-request-id`, `request-id`, …). */
+  requestId: Schema.optional(Schema.String),
   cause: Schema.optional(Schema.Defect)
-}) {}
+}) {
+  /** What the provider said, as one line: `code insufficient_quota · type … · param … · request req_…`; empty when nothing. */
+  get providerDetails(): string {
+    return [
+      this.code === undefined ? undefined : `code ${this.code}`,
+      this.type === undefined ? undefined : `type ${this.type}`,
+      this.param === undefined ? undefined : `param ${this.param}`,
+      this.retryAfter === undefined ? undefined : `retry after ${Duration.format(this.retryAfter)}`,
+      this.requestId === undefined ? undefined : `request ${this.requestId}`
+    ].filter((part) => part !== undefined).join(" · ")
+  }
+}
 
 /** Why a store operation failed. */
 export const StoreErrorReason = Schema.Literal(

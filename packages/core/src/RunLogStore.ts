@@ -107,6 +107,15 @@ export declare namespace RunLogStore {
     ) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly appendResume: (runId: RunId, record: RunLog.RunResumed) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly finish: (runId: RunId, record: RunLog.RunFinished) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /**
+     * Writes records of any kinds atomically (all or none), checked and sequenced like every
+     * append: a fork's copied log, an imported log (design 0170). Stores built by `make` have
+     * it; a hand-written store without it cannot take forks or imports.
+     */
+    readonly appendRecords?: (
+      runId: RunId,
+      records: Arr.NonEmptyReadonlyArray<RunLog.RunRecord>
+    ) => Effect.Effect<void, StoreError | ConcurrentWriter>
     /** Approval requests of a step (all at once, atomically) or one decision (design 0160). */
     readonly appendApprovals: (
       runId: RunId,
@@ -283,6 +292,7 @@ export const make = (backend: Backend): RunLogStore.Service => {
     completeStep: (runId, result, step) => append(runId, result === null ? [step] : [result, step]),
     appendResume: (runId, record) => append(runId, [record]),
     finish: (runId, record) => append(runId, [record]),
+    appendRecords: append,
     appendApprovals: (runId, records) => append(runId, records),
     listRuns: (query) => backend.listRuns(query ?? {}),
     claim: (runId) => backend.claim(runId)

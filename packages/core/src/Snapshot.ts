@@ -12,7 +12,7 @@ import * as AgentDefinition from "./AgentDefinition.js"
 import { Budget } from "./Budget.js"
 import type { SnapshotDifference } from "./Errors.js"
 import { ModelSettings } from "./ModelSettings.js"
-import { defaultRejected, SyntheticObservations } from "./SyntheticObservations.js"
+import * as SyntheticObservations from "./SyntheticObservations.js"
 import { approvalDescription } from "./Tool.js"
 import type { ToolRegistry } from "./ToolRegistry.js"
 
@@ -44,7 +44,7 @@ export const Snapshot = Schema.Struct({
     systemPrompt: Schema.String,
     modelSettings: ModelSettings,
     budget: Budget,
-    syntheticObservations: SyntheticObservations,
+    syntheticObservations: SyntheticObservations.SyntheticObservations,
     observationLimit: Schema.NullOr(Schema.Int),
     historyRendering: AgentDefinition.HistoryRendering
   }),
@@ -68,27 +68,30 @@ export interface Input {
  * The synthetic texts as the snapshot holds them: the `rejected` text is recorded when it is set
  * or when some tool declares approval (with the default), and absent otherwise (design 0160).
  */
-const syntheticOf = (input: Input): SyntheticObservations => {
-  const synthetic = input.agent.syntheticObservations
-  if (synthetic.rejected !== undefined || !input.tools.tools.some((tool) => tool.approval !== undefined)) return synthetic
-  return { ...synthetic, rejected: defaultRejected }
+const syntheticOf = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): SyntheticObservations.SyntheticObservations => {
+  const synthetic = agent.syntheticObservations
+  if (synthetic.rejected !== undefined || !tools.some((tool) => tool.approval !== undefined)) return synthetic
+  return { ...synthetic, rejected: SyntheticObservations.defaultRejected }
 }
 
-/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
-export const make = (input: Input): Snapshot => ({
-  polyloop: version,
-  agent: {
-    name: input.agent.name,
-    systemPrompt: input.agent.systemPrompt,
-    modelSettings: input.agent.modelSettings,
-    budget: input.agent.budget,
-    syntheticObservations: syntheticOf(input),
-    observationLimit: input.agent.observationLimit ?? null,
-    historyRendering: input.agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
-  },
-  task: input.task,
-  tools: input.tools.modelView().map((view) => {
-    const tool = input.tools.get(view.name)
+/**
+ * The agent part of a snapshot: the whole definition except `modelRetry`, defaults filled in,
+ * for a run with these tools (as `toolsPart` gives them).
+ */
+export const agentPart = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): Snapshot["agent"] => ({
+  name: agent.name,
+  systemPrompt: agent.systemPrompt,
+  modelSettings: agent.modelSettings,
+  budget: agent.budget,
+  syntheticObservations: syntheticOf(agent, tools),
+  observationLimit: agent.observationLimit ?? null,
+  historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
+})
+
+/** The tools part of a snapshot: the registry's model view with replay policies, completion markers and approvals. */
+export const toolsPart = (registry: ToolRegistry<unknown>): Snapshot["tools"] =>
+  registry.modelView().map((view) => {
+    const tool = registry.get(view.name)
     const approval = tool._tag === "Some" ? approvalDescription(tool.value) : undefined
     return {
       name: view.name,
@@ -98,9 +101,13 @@ export const make = (input: Input): Snapshot => ({
       completesRun: tool._tag === "Some" ? tool.value.completesRun : false,
       ...(approval === undefined ? {} : { approval })
     }
-  }),
-  parser: input.parserId
-})
+  })
+
+/** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
+export const make = (input: Input): Snapshot => {
+  const tools = toolsPart(input.tools)
+  return { polyloop: version, agent: agentPart(input.agent, tools), task: input.task, tools, parser: input.parserId }
+}
 
 const isPlainObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
@@ -190,6 +197,30 @@ export const diff = (recorded: unknown, current: unknown): ReadonlyArray<Snapsho
   }
   walk("", recorded, current)
   return out
+}
+
+/**
+ * The current snapshot as a run started before design 0140 recorded it: without
+ * `agent.syntheticObservations.truncated` when that text is the default (a definition that
+ * did not choose it). `undefined` when the current snapshot has no such form.
+ */
+const beforeTruncatedText = (current: unknown): unknown => {
+  if (!isPlainObject(current) || !isPlainObject(current.agent)) return undefined
+  const synthetic = current.agent.syntheticObservations
+  if (!isPlainObject(synthetic) || synthetic.truncated !== SyntheticObservations.defaults.truncated) return undefined
+  const { truncated: _dropped, ...older } = synthetic
+  return { ...current, agent: { ...current.agent, syntheticObservations: older } }
+}
+
+/**
+ * Whether a recorded snapshot (its hash) is the current configuration's: the same hash, or —
+ * for a run started before design 0140, whose snapshot has no `truncated` text — the same hash
+ * once the current default `truncated` text is left out.
+ */
+export const matches = (recordedHash: string, current: Encoded): boolean => {
+  if (recordedHash === current.hash) return true
+  const older = beforeTruncatedText(current.value)
+  return older !== undefined && hash(older) === recordedHash
 }
 
 const toolsByName = (snapshot: unknown): Map<string, unknown> => {

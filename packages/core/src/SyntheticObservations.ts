@@ -8,7 +8,10 @@
  */
 import * as Schema from "effect/Schema"
 
-/** The four synthetic texts. */
+/**
+ * The synthetic texts. `truncated` (design 0140) is optional so that definitions and snapshots
+ * written before it still read; when absent the loop uses `defaults.truncated`.
+ */
 export const SyntheticObservations = Schema.Struct({
   /** Unknown tool, invalid arguments, refused by the executor, wrong action language. */
   notExecuted: Schema.String,
@@ -18,6 +21,11 @@ export const SyntheticObservations = Schema.Struct({
   interrupted: Schema.String,
   /** The nudge after a reply that takes no action. */
   noAction: Schema.String,
+  /**
+   * The explanation after a reply cut off at the output token limit (never executed, never an
+   * answer); `{tool}` names the calls that were cut ("(none)" for none).
+   */
+  truncated: Schema.optional(Schema.String),
   /**
    * A call a person rejected (design 0160); `{reason}` is theirs. Optional: when absent and a
    * tool declares approval, `defaultRejected` is used (and recorded in the snapshot).
@@ -33,8 +41,15 @@ export const defaults: SyntheticObservations = {
   envError: "The environment failed while running {tool}; the run cannot continue.",
   interrupted:
     "The previous action ({tool}) was interrupted and may or may not have taken effect. Check the current state before repeating it.",
-  noAction: "Your reply contained no action. Reply with exactly one action, or give your final answer."
+  noAction: "Your reply contained no action. Reply with exactly one action, or give your final answer.",
+  truncated:
+    "Your previous reply was cut off at the output token limit, so it was not used: no tool was run and it was not taken as your final answer. Reply again, more briefly."
 }
+
+/** The `truncated` text of a set of texts (the default when absent). */
+export const truncatedOf = (texts: SyntheticObservations): string => texts.truncated ?? defaultTruncated
+
+const defaultTruncated: string = defaults.truncated ?? ""
 
 /** The `rejected` text used when a definition sets none (design 0160). */
 export const defaultRejected = "The call to {tool} was rejected by a person and was not executed. Reason: {reason}"

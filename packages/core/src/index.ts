@@ -60,6 +60,11 @@ export * as Errors from "./Errors.js"
 export * as EventSink from "./EventSink.js"
 
 /**
+ * Forks (design 0170): a new run that starts from a recorded run's step `atStep`. Its log holds a `RunStarted` with `forkedFrom { runId, step, snapshotHash, differences }` and a copy of the parent's records of the steps before `atStep` (replies and results, never re-executed), written in one atomic append. The configuration may change (an ablation): omitted parts keep the parent's, and every difference from the parent's snapshot is recorded. The parent is only read. `Agent.run` on the fork's id continues from `atStep` (`Agent.fork` is this module's `fork`).
+ */
+export * as Fork from "./Fork.js"
+
+/**
  * Identifiers: the caller-chosen run id, step indices and result ids.
  */
 export * as Ids from "./Ids.js"
@@ -68,6 +73,11 @@ export * as Ids from "./Ids.js"
  * The decision parser for tool calls written as JSON in the reply text (GovDoc's case, SPEC §10): finds exactly one JSON object in free text (prose around it and a ```json code fence are tolerated) and reads a tool call or a final answer out of it.
  */
 export * as JsonActionParser from "./JsonActionParser.js"
+
+/**
+ * Run logs as JSON-lines files (design 0170): what `polyloop export --format jsonl` writes — each record as the store encodes it, one per line, runs one after another (each begins with its `RunStarted`) — read back and written into a store. Every line is decoded with its record schema and the sequence numbers checked before anything is written; each run is then written with one atomic append, so export → import → export gives the same bytes, and a log moves between stores (SQLite → PostgreSQL → SQLite) unchanged.
+ */
+export * as LogFile from "./LogFile.js"
 
 /**
  * Events the loop emits through the `EventSink` while a run goes on. `ActionExecuted` carries the executor's own observation for audit (it never enters history when synthetic).
@@ -103,6 +113,11 @@ export * as NativeToolCallParser from "./NativeToolCallParser.js"
  * The decision a `DecisionParser` reads out of a model reply.
  */
 export * as ParsedReply from "./ParsedReply.js"
+
+/**
+ * Replay (design 0170): a recorded run served back as a `ModelClient`. `Replay.model(log)` answers each request with the recorded reply of its step (the step is the number of `Assistant` messages in the request) after checking the request against the recorded fingerprint (`ModelReplied.requestHash`); the first request that differs fails with `ReplayDiverged`, naming the step and the first differing path of the request (`messages[0].text`, `tools[1].description`, `settings.temperature`). Requests are not stored: the expected one is rebuilt from the log, and its hash checked against the recorded one. Logs written before fingerprints are checked against the rebuilt request only.
+ */
+export * as Replay from "./Replay.js"
 
 /**
  * The run log: the record kinds and the `RunLog` a store reads back (SPEC §7). History is rebuilt from the log, never stored separately. `ApprovalRequested` / `ApprovalDecided` (design 0160) are absent from logs written before approvals existed; such logs read back with `approvals` empty.

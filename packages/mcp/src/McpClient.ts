@@ -52,6 +52,14 @@ export interface StreamableHttpTransport {
   readonly _tag: "StreamableHttp"
   readonly url: string | URL
   readonly headers?: Readonly<Record<string, string>>
+  /**
+   * While a call is in flight, the server is pinged this often (default 5 seconds; `null`: never).
+   * The SDK's HTTP client leaves a request pending when its response stream drops, so without
+   * this a server that went away mid-call is noticed only at the request timeout; a ping that
+   * fails (connection refused, session gone, no answer within the request timeout) ends the call
+   * with `ToolEnvironmentError`.
+   */
+  readonly pingInterval?: Duration.DurationInput | null
 }
 
 /** How to reach the server. */
@@ -151,7 +159,7 @@ export const connect = (options: Options): Effect.Effect<McpClient.Service, McpE
     yield* Effect.tryPromise({
       try: (signal) => client.connect(sdk, { signal, timeout: requestTimeout }),
       catch: (error) => new McpError({ reason: "Connect", server, message: withStderr(`cannot connect to MCP server ${server}: ${messageOf(error)}`), cause: error })
-    })
+    }).pipe(Effect.withSpan("McpClient.connect", { attributes: { "mcp.server": server } }))
     const listTools = Effect.tryPromise({
       try: async (signal) => {
         const tools: Array<McpTool> = []
@@ -164,7 +172,15 @@ export const connect = (options: Options): Effect.Effect<McpClient.Service, McpE
         return tools as ReadonlyArray<McpTool>
       },
       catch: (error) => new McpError({ reason: "ListTools", server, message: withStderr(`tools/list on MCP server ${server} failed: ${messageOf(error)}`), cause: error })
-    })
+    }).pipe(Effect.withSpan("McpClient.listTools", { attributes: { "mcp.server": server } }))
+    // Over HTTP, a dead server is found by pinging it while a call waits (see `pingInterval`).
+    const pingEvery = options.transport._tag === "StreamableHttp" && options.transport.pingInterval !== null
+      ? Duration.decode(options.transport.pingInterval ?? Duration.seconds(5))
+      : undefined
+    const watchdog: Effect.Effect<never, ToolEnvironmentError> | undefined = pingEvery === undefined ? undefined : Effect.tryPromise({
+      try: (signal) => client.ping({ signal, timeout: requestTimeout }),
+      catch: (error) => new ToolEnvironmentError({ message: `MCP server ${server} stopped answering during a call: ping failed: ${messageOf(error)}`, cause: error })
+    }).pipe(Effect.delay(pingEvery), Effect.forever)
     const callTool = (name: string, args: unknown, callOptions?: CallOptions): Effect.Effect<McpCallResult, ToolEnvironmentError> =>
       Effect.tryPromise({
         // The signal aborts when the fiber is interrupted: the SDK then sends notifications/cancelled
@@ -177,7 +193,11 @@ export const connect = (options: Options): Effect.Effect<McpClient.Service, McpE
           ) as Promise<McpCallResult>,
         catch: (error) =>
           new ToolEnvironmentError({ message: withStderr(`MCP server ${server}: tools/call "${name}" failed: ${messageOf(error)}`), cause: error })
-      })
+      }).pipe(
+        // The first to end wins: the call's result or failure, or a failed ping; the other is interrupted.
+        (call) => (watchdog === undefined ? call : Effect.raceFirst(call, watchdog)),
+        Effect.withSpan("McpClient.callTool", { attributes: { "mcp.server": server, "mcp.tool": name } })
+      )
     const version = client.getServerVersion()
     return {
       server,

@@ -23,7 +23,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 const connect = McpClient.connect({ transport: filesystemServer(dir) })
 
-describe.sequential("the filesystem server over stdio", () => {
+describe.sequential("the filesystem server over stdio", { timeout: 180_000 }, () => {
   it.scopedLive("lists its tools: the server's schemas verbatim, replay policies from annotations", () =>
     Effect.gen(function*() {
       const client = yield* connect

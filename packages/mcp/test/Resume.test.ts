@@ -102,7 +102,7 @@ describe.sequential("resuming runs over MCP tools", () => {
       assert.deepStrictEqual([result.stopReason._tag, result.steps, result.resumedCount], ["Completed", 3, 1])
       assert.deepStrictEqual(records(file).filter((l) => l.startsWith("started slow")), ["started slow first", "started slow first"])
       assert.include(records(file), "done slow first")
-    }), { timeout: 120_000 })
+    }), { timeout: 300_000 })
 
   it.live("a run killed by SIGKILL mid-call resumes without running the \"Never\" tool again", () =>
     Effect.gen(function*() {
@@ -134,5 +134,5 @@ describe.sequential("resuming runs over MCP tools", () => {
       ])
       assert.deepStrictEqual(records(file).filter((l) => l.startsWith("started record")), ["started record once"])
       assert.isFalse(records(file).includes("done record once"))
-    }), { timeout: 120_000 })
+    }), { timeout: 300_000 })
 })

@@ -2,8 +2,8 @@
  * The cases the filesystem server cannot show, against a server written with the SDK's server
  * side, over stdio: a tool list over several pages, `isError`, a JSON-RPC error, a malformed
  * result, every content kind, a server killed mid-call, an interrupted call (the server receives
- * the cancellation), a tool timeout, schemas ajv cannot compile, a server that cannot start, and
- * the connection closing with its scope.
+ * the cancellation), a tool timeout, schemas ajv cannot compile, a server that cannot start, the
+ * connection closing with its scope; the `McpClient` layer with a name prefix; `completesRun`.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -11,13 +11,17 @@ import * as Path from "node:path"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as McpClient from "@polyloop/mcp/McpClient"
 import * as McpToolkit from "@polyloop/mcp/McpToolkit"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import { runAgent, toolTexts } from "./support/agent.js"
 import { testTools } from "./support/testServer.js"
 import { awaitRecord, records, serverPid, testServer } from "./support/servers.js"
 
@@ -49,7 +53,7 @@ const isAlive = (pid: number): boolean => {
   }
 }
 
-describe.sequential("a server written with the SDK, over stdio", () => {
+describe.sequential("a server written with the SDK, over stdio", { timeout: 180_000 }, () => {
   it.scopedLive("lists every page, in order; a tool with only a title is described by it; policies from annotations", () =>
     Effect.gen(function*() {
       const { registry } = yield* setup()
@@ -57,6 +61,34 @@ describe.sequential("a server written with the SDK, over stdio", () => {
       assert.strictEqual(registry.modelView().find((v) => v.name === "titled")?.description, "Only a title")
       const policy = (name: string) => Option.getOrThrow(registry.get(name)).replayPolicy
       assert.deepStrictEqual(["echo", "slow", "record", "fail"].map(policy), ["Always", "Always", "Never", "Never"])
+    }))
+
+  it.scopedLive("the McpClient layer and registry(): a name prefix for the model, the server's own name on the wire", () =>
+    Effect.gen(function*() {
+      const file = recordFile()
+      // The layer lives as long as the test's scope (as an application's would).
+      const context = yield* Layer.build(McpClient.layer({ transport: testServer({ recordFile: file }) }))
+      const registry = yield* Effect.provide(McpToolkit.registry({ namePrefix: "t_", tools: { record: { replayPolicy: "Always" } } }), context)
+      assert.deepStrictEqual(registry.names, testTools(undefined).map((tool) => `t_${tool.name}`))
+      assert.strictEqual(Option.getOrThrow(registry.get("t_record")).replayPolicy, "Always")
+      const executor = yield* registry.executor()
+      const outcome = yield* executor.execute(call("t_record", { key: "p", ms: 0 }))
+      assert.deepStrictEqual([outcome.status, outcome.observation], ["Executed", "record p done"])
+      assert.include(records(file), "started record p")
+      const unprefixed = yield* executor.execute(call("record", { key: "q" }))
+      assert.strictEqual(unprefixed.status, "NotExecuted")
+    }))
+
+  it.scopedLive("completesRun per tool: a completing tool whose result is isError does not complete the run; one that returns does", () =>
+    Effect.gen(function*() {
+      const { registry } = yield* setup({ tools: { fail: { completesRun: true }, echo: { completesRun: true } } })
+      const { last, result } = yield* runAgent("completes", registry, [
+        ScriptedModel.toolCall("fail", {}),
+        ScriptedModel.toolCall("echo", { text: "submitted" })
+      ], RunLogStore.layerMemory)
+      assert.deepStrictEqual(result.stopReason._tag === "Completed" ? result.stopReason.by : result.stopReason._tag, "Tool")
+      assert.deepStrictEqual([result.steps, result.effectiveSteps], [2, 2])
+      assert.deepStrictEqual(toolTexts(last), ["McpToolError: the disk is full\ntry a smaller file"])
     }))
 
   it.scopedLive("isError is an ordinary failure: Executed with the text, the handler failed", () =>

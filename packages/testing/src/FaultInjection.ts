@@ -93,6 +93,7 @@ export const backend = (inner: RunLogStore.Backend, plan: FaultPlan): RunLogStor
  */
 export const store = (inner: RunLogStore.RunLogStore.Service, plan: FaultPlan): RunLogStore.RunLogStore.Service => {
   const guard = (runId: RunId, records: ReadonlyArray<RunLog.RunRecord>) => checkAll(plan, runId, records.map((r) => r.seq))
+  const appendRecords = inner.appendRecords
   return {
     ...inner,
     start: (record) => guard(record.runId, [record]).pipe(Effect.zipRight(inner.start(record))),
@@ -100,7 +101,10 @@ export const store = (inner: RunLogStore.RunLogStore.Service, plan: FaultPlan): 
     completeStep: (runId, result, step) =>
       guard(runId, result === null ? [step] : [result, step]).pipe(Effect.zipRight(inner.completeStep(runId, result, step))),
     appendResume: (runId, record) => guard(runId, [record]).pipe(Effect.zipRight(inner.appendResume(runId, record))),
-    finish: (runId, record) => guard(runId, [record]).pipe(Effect.zipRight(inner.finish(runId, record)))
+    finish: (runId, record) => guard(runId, [record]).pipe(Effect.zipRight(inner.finish(runId, record))),
+    ...(appendRecords === undefined
+      ? {}
+      : { appendRecords: (runId, records) => guard(runId, records).pipe(Effect.zipRight(appendRecords(runId, records))) })
   }
 }
 

@@ -76,6 +76,11 @@ export interface Options {
    * generated requests must be accepted). Default: none, every request must be served.
    */
   readonly refuses?: (request: ModelRequest) => boolean
+  /**
+   * The replies the provider's wire format can express (e.g. Chat Completions has no place for
+   * cache-write tokens): the `replies` property draws only those. Default: every `ModelReply`.
+   */
+  readonly expressible?: (reply: ModelReply) => boolean
   /** The client can face a provider that never answers: enables the interruption property. */
   readonly hang?: boolean
   /** How long to wait for a hanging call to start and to be aborted, in milliseconds (default 5 000). */
@@ -188,7 +193,10 @@ export const properties = <E>(client: ClientUnderTest<E>, options: Options = {})
         : "facing a provider that answers, generate returns a valid ModelReply, for any request") +
         (refuses === undefined ? "" : " it accepts, and refuses the others with ModelError { retryable: false }"),
       numRuns: runs(25),
-      arbitrary: FastCheck.record({ request: requests, reply: modelReply }),
+      arbitrary: FastCheck.record({
+        request: requests,
+        reply: options.expressible === undefined ? modelReply : modelReply.filter(options.expressible)
+      }),
       check: (input) => refuses !== undefined && refuses(input.request) ? refused(input) : answered(input)
     }),
     retryable: Property.make({

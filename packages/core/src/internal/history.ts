@@ -36,8 +36,16 @@ export const makeTexts = (options: {
   readonly tools: ToolRegistry<unknown>
   readonly observationTemplate: string
   readonly observationLimit: number | undefined
+}): Texts => makeTextsFor({ ...options, toolNames: options.tools.names })
+
+/** `makeTexts` from the tools' names (what a recorded snapshot holds). @internal */
+export const makeTextsFor = (options: {
+  readonly synthetic: SyntheticObservations.SyntheticObservations
+  readonly toolNames: ReadonlyArray<string>
+  readonly observationTemplate: string
+  readonly observationLimit: number | undefined
 }): Texts => {
-  const tools = options.tools.names.length === 0 ? "(none)" : options.tools.names.join(", ")
+  const tools = options.toolNames.length === 0 ? "(none)" : options.toolNames.join(", ")
   return {
     synthetic: options.synthetic,
     tools,

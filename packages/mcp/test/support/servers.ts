@@ -34,12 +34,12 @@ export const testServer = (options: { readonly recordFile?: string; readonly var
 export const records = (file: string): ReadonlyArray<string> =>
   existsSync(file) ? readFileSync(file, "utf8").split("\n").filter((line) => line !== "") : []
 
-/** Waits (polling every 25 ms, up to 30 s of real time) until `file` has a line matching `pattern`. */
+/** Waits (polling every 25 ms, up to 2 minutes of real time, a guard for loaded machines) until `file` has a line matching `pattern`. */
 export const awaitRecord = (file: string, pattern: RegExp): Effect.Effect<string, Error> =>
   Effect.suspend(() => {
     const line = records(file).find((l) => pattern.test(l))
     return line === undefined ? Effect.fail(new Error(`no record matching ${pattern} in ${file}: ${JSON.stringify(records(file))}`)) : Effect.succeed(line)
-  }).pipe(Effect.retry({ schedule: Schedule.spaced("25 millis"), times: 1_200 }))
+  }).pipe(Effect.retry({ schedule: Schedule.spaced("25 millis"), times: 4_800 }))
 
 /** The pid the test server recorded. */
 export const serverPid = (file: string): Effect.Effect<number, Error> =>

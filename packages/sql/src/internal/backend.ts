@@ -25,6 +25,7 @@ import type * as Arr from "effect/Array"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import type { Options } from "../SqlRunLogStore.js"
+import * as Approvals from "./approvals.js"
 import { isAppendRefused, isUniqueViolation } from "./errors.js"
 import * as Lease from "./lease.js"
 import * as Statements from "./statements.js"
@@ -149,9 +150,11 @@ const makeSync = (
 
   const listRuns: RunLogStore.Backend["listRuns"] = (query) =>
     Effect.gen(function*() {
-      const where = query.status === undefined ? sql`` : sql`WHERE status = ${query.status}`
+      // `Suspended` is computed from the run's approval records (design 0160, `approvals.ts`).
+      const where = query.status === undefined ? sql`` : sql.literal(`WHERE ${Approvals.statusFilter("r", query.status)}`)
       const limit = query.limit === undefined ? sql`` : sql`LIMIT ${Math.max(0, Math.floor(query.limit))}`
-      const [text, params] = sql`SELECT run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed FROM polyloop_runs ${where} ORDER BY started_at DESC, run_id ASC ${limit}`
+      const status = sql.literal(Approvals.statusColumn("r"))
+      const [text, params] = sql`SELECT r.run_id, r.agent, ${status} AS status, r.stop_reason, r.steps, r.effective_steps, r.tokens, r.started_at, r.finished_at, r.elapsed FROM polyloop_runs r ${where} ORDER BY r.started_at DESC, r.run_id ASC ${limit}`
         .compile()
       const rows = yield* connect((conn) => conn.execute(text, params, undefined)).pipe(Effect.mapError(failWith("listing runs")))
       return yield* decodeSummaries(rows, path)

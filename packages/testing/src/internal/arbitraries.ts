@@ -50,7 +50,7 @@ const Text = annotateArbitrary(Schema.String, text())
 
 const ToolCall = Schema.Struct({ ...Action.ToolCall.fields, arguments: Json })
 const ActionSchema = Schema.Union(ToolCall, Action.CodeAction)
-const ModelReplySchema = Schema.Struct({ ...ModelReply.ModelReply.fields, text: Text })
+const ModelReplySchema = Schema.Struct({ ...ModelReply.ModelReply.to.fields, text: Text })
 const ParsedReplySchema = Schema.Union(
   Schema.Struct({ ...ParsedReply.Act.fields, action: ActionSchema }),
   ParsedReply.Finish,

@@ -154,6 +154,10 @@ export const register = (ctx: SuiteContext): void => {
                   handlerFailed: false
                 }
               }
+              if (r._tag === "ModelReplied" && r.step !== undefined && r.step > k) {
+                // The interrupted text entered history: later requests, so their fingerprints, differ.
+                return { ...(record as object), requestHash: final.replies[r.step]?.requestHash }
+              }
               if (r._tag === "RunFinished") {
                 const finished = record as Omit<RunLog.RunFinished, "seq">
                 return { ...finished, counters: { ...finished.counters, effectiveSteps: finished.counters.effectiveSteps - 1 } }

@@ -1,0 +1,91 @@
+/**
+ * The runs list of `polyloop serve` (`GET /api/runs`): the query (status, agent, stop reason,
+ * page) decoded from the URL's search parameters, and the filtering and paging done over the
+ * store's `listRuns()` (newest first, as the store returns them). See docs/design/0190-viewer.md
+ * for why the filters run here and not in the store.
+ *
+ * @internal
+ */
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import { sha256 } from "@polyloop/core/Snapshot"
+import * as StopReason from "@polyloop/core/StopReason"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+
+/** The most runs one page holds. */
+export const maxPageSize = 200
+
+/** The default page size. */
+export const defaultPageSize = 25
+
+const OptionalText = Schema.optional(Schema.String.pipe(Schema.maxLength(400)))
+
+/** The search parameters of `GET /api/runs`; an empty value means "no filter". */
+export const RunsQuery = Schema.Struct({
+  /** A store status (`Finished`, `Unfinished`, …). */
+  status: OptionalText,
+  agent: OptionalText,
+  /** A stop reason's kind (`BudgetExhausted`) or its full label (`BudgetExhausted(Steps)`). */
+  stopReason: OptionalText,
+  /** The page, from 1. */
+  page: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.greaterThanOrEqualTo(1))),
+  pageSize: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxPageSize)))
+})
+/** @internal */
+export type RunsQuery = typeof RunsQuery.Type
+
+/** The label of a stop reason, as the command prints it: `Completed(Tool)`, `EnvError`, … */
+export const stopReasonLabel = (summary: RunLogStore.RunSummary): string | null =>
+  Option.getOrNull(Option.map(summary.stopReason, StopReason.format))
+
+const present = (value: string | undefined): value is string => value !== undefined && value !== ""
+
+/** Does the run pass the query's filters? */
+export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary): boolean => {
+  if (present(query.status) && summary.status !== query.status) return false
+  if (present(query.agent) && summary.agent !== query.agent) return false
+  if (present(query.stopReason)) {
+    const reason = Option.getOrUndefined(summary.stopReason)
+    if (reason === undefined) return false
+    if (reason._tag !== query.stopReason && StopReason.format(reason) !== query.stopReason) return false
+  }
+  return true
+}
+
+const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
+
+const sortedDistinct = (values: Iterable<string>): ReadonlyArray<string> => [...new Set(values)].sort()
+
+/**
+ * The page of runs the query asks for, with the total after filtering and the values the
+ * filters can take (from all runs, so a filter never hides its own alternatives).
+ */
+export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary>) => {
+  const pageSize = query.pageSize ?? defaultPageSize
+  const filtered = all.filter((summary) => matches(query, summary))
+  const pages = Math.max(1, Math.ceil(filtered.length / pageSize))
+  const current = Math.min(query.page ?? 1, pages)
+  const runs = filtered.slice((current - 1) * pageSize, current * pageSize)
+  const reasons = all.flatMap((summary) => Option.toArray(summary.stopReason))
+  return {
+    runs: runs.map((summary) => ({ ...encodeSummary(summary), stopReasonLabel: stopReasonLabel(summary) })),
+    total: filtered.length,
+    page: current,
+    pages,
+    pageSize,
+    filters: {
+      statuses: sortedDistinct(all.map((summary) => summary.status)),
+      agents: sortedDistinct(all.map((summary) => summary.agent)),
+      stopReasons: sortedDistinct([...reasons.map((reason) => reason._tag), ...reasons.map(StopReason.format)])
+    }
+  }
+}
+
+/**
+ * A token that changes when any listed run changes (a new run, a step written, a run finished):
+ * the list page's live stream sends it, and the page fetches its page again.
+ */
+export const changeToken = (all: ReadonlyArray<RunLogStore.RunSummary>): string =>
+  sha256(all
+    .map((summary) => `${summary.runId}\u0000${summary.status}\u0000${summary.steps}\u0000${summary.tokens}\u0000${Option.isSome(summary.finishedAt) ? 1 : 0}`)
+    .join("\u0001")).slice(0, 16)

@@ -1,0 +1,521 @@
+// polyloop run viewer: the page of `polyloop serve` (plain JavaScript, no build step).
+//
+// `/` is the runs list (filters and page in the query string), `/?run=<id>` one run's
+// transcript. Data comes from the JSON API under /api/ and live updates from Server-Sent Events
+// (/api/live for the list, /api/runs/<id>/live for a run).
+//
+// Everything shown comes from model replies and tool output, which are untrusted: every element
+// is built with createElement and every text set with textContent (the `el` helper below);
+// innerHTML is never used. The server's Content-Security-Policy forbids inline script besides.
+//
+// The file is longer than a module of the library: it is the whole page, kept in one file so
+// that it is served as it is written.
+
+const main = document.getElementById("main")
+const connection = document.getElementById("connection")
+const problem = document.getElementById("problem")
+
+// -----------------------------------------------------------------------------
+// helpers
+// -----------------------------------------------------------------------------
+
+/** An element: `attrs` set as attributes (`class`, `href`, `title`, …), children as text nodes or elements. */
+const el = (tag, attrs, ...children) => {
+  const node = document.createElement(tag)
+  for (const [name, value] of Object.entries(attrs ?? {})) {
+    if (value === undefined || value === null || value === false) continue
+    node.setAttribute(name, value === true ? "" : String(value))
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue
+    node.append(typeof child === "string" || typeof child === "number" ? document.createTextNode(String(child)) : child)
+  }
+  return node
+}
+
+/** Epoch milliseconds as `2025-01-31 12:34:56Z` (UTC, as the command prints it). */
+const time = (millis) => {
+  if (typeof millis !== "number") return "-"
+  const date = new Date(millis)
+  return Number.isNaN(date.getTime()) ? "?" : `${date.toISOString().slice(0, 19).replace("T", " ")}Z`
+}
+
+/** Milliseconds as `850 ms`, `2.4 s`, `3 min 5 s`. */
+const duration = (millis) => {
+  if (typeof millis !== "number" || !Number.isFinite(millis) || millis < 0) return "?"
+  if (millis < 1000) return `${Math.round(millis)} ms`
+  if (millis < 60000) return `${(millis / 1000).toFixed(1)} s`
+  const minutes = Math.floor(millis / 60000)
+  const seconds = Math.round((millis % 60000) / 1000)
+  return minutes < 60 ? `${minutes} min ${seconds} s` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`
+}
+
+/** A stop reason as the command prints it: `Completed(Tool)`, `BudgetExhausted(Steps)`, `EnvError`. */
+const stopReasonLabel = (reason) => {
+  if (!reason) return null
+  if (reason._tag === "Completed") return `Completed(${reason.by})`
+  if (reason._tag === "BudgetExhausted") return `BudgetExhausted(${reason.budget})`
+  return reason._tag
+}
+
+const stopReasonClass = (reason) => (!reason ? "" : reason._tag === "Completed" ? "completed" : reason._tag === "EnvError" ? "enverror" : "budget")
+
+const statusBadge = (status) => {
+  const label = status === "Unfinished" ? "unfinished" : String(status).toLowerCase()
+  const title = status === "Unfinished" ? "running now, or stopped before its end (a resume with the same run id continues it)" : undefined
+  return el("span", { class: `badge ${label}`, title }, label)
+}
+
+const json = (value) => JSON.stringify(value, null, 2) ?? "undefined"
+
+const runHref = (runId) => `/?${new URLSearchParams({ run: runId })}`
+
+const showProblem = (message) => {
+  problem.hidden = message === null
+  problem.textContent = message ?? ""
+}
+
+const getJson = async (url) => {
+  const response = await fetch(url, { headers: { accept: "application/json" } })
+  const body = await response.json().catch(() => null)
+  if (!response.ok) {
+    const error = new Error(body?.error?.message ?? `${response.status} ${response.statusText}`)
+    error.status = response.status
+    throw error
+  }
+  return body
+}
+
+const setConnection = (text, live) => {
+  connection.textContent = text
+  connection.classList.toggle("live", live)
+}
+
+// -----------------------------------------------------------------------------
+// runs list
+// -----------------------------------------------------------------------------
+
+const listParams = () => {
+  const params = new URLSearchParams(location.search)
+  const keep = new URLSearchParams()
+  for (const name of ["status", "agent", "stopReason", "page"]) {
+    const value = params.get(name)
+    if (value) keep.set(name, value)
+  }
+  return keep
+}
+
+const select = (name, label, current, options) =>
+  el(
+    "label",
+    {},
+    label,
+    el(
+      "select",
+      { name, "data-filter": name },
+      el("option", { value: "" }, "all"),
+      options.map(([value, text]) => el("option", { value, selected: value === current }, text))
+    )
+  )
+
+const renderList = (data, params) => {
+  const filters = el(
+    "form",
+    { class: "filters", id: "filters" },
+    select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s.toLowerCase()])),
+    select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
+    select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
+    el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`)
+  )
+  filters.addEventListener("change", (event) => {
+    const next = listParams()
+    const target = event.target
+    if (target.value) next.set(target.name, target.value)
+    else next.delete(target.name)
+    next.delete("page")
+    history.pushState(null, "", `/${next.size > 0 ? `?${next}` : ""}`)
+    route()
+  })
+  const head = el(
+    "tr",
+    {},
+    ["Run", "Agent", "Status", "Stop reason"].map((h) => el("th", {}, h)),
+    ["Steps", "Effective", "Tokens"].map((h) => el("th", { class: "num" }, h)),
+    el("th", {}, "Started (UTC)"),
+    el("th", { class: "num", title: "step time: time spent crashed does not count" }, "Duration")
+  )
+  const rows = data.runs.map((run) =>
+    el(
+      "tr",
+      { "data-run": run.runId },
+      el("td", { class: "run" }, el("a", { href: runHref(run.runId) }, run.runId)),
+      el("td", {}, run.agent),
+      el("td", {}, statusBadge(run.status)),
+      el("td", {}, run.stopReasonLabel ? el("span", { class: `badge ${stopReasonClass(run.stopReason)}` }, run.stopReasonLabel) : el("span", { class: "muted" }, "-")),
+      el("td", { class: "num" }, run.steps),
+      el("td", { class: "num" }, run.effectiveSteps),
+      el("td", { class: "num" }, run.tokens),
+      el("td", { class: "mono" }, time(run.startedAt)),
+      el("td", { class: "num" }, duration(run.elapsed))
+    )
+  )
+  const table = el("table", { class: "runs", id: "runs" }, el("thead", {}, head), el("tbody", {}, rows))
+  const go = (page) => {
+    const next = listParams()
+    if (page > 1) next.set("page", String(page))
+    else next.delete("page")
+    history.pushState(null, "", `/${next.size > 0 ? `?${next}` : ""}`)
+    route()
+  }
+  const prev = el("button", { type: "button", disabled: data.page <= 1 }, "← newer")
+  const next = el("button", { type: "button", disabled: data.page >= data.pages }, "older →")
+  prev.addEventListener("click", () => go(data.page - 1))
+  next.addEventListener("click", () => go(data.page + 1))
+  const pager = el("div", { class: "pager" }, prev, el("span", { id: "page" }, `page ${data.page} of ${data.pages}`), next)
+  const empty = data.runs.length === 0 ? el("p", { class: "muted" }, data.filters.agents.length === 0 ? "No runs in this store yet." : "No run matches these filters.") : null
+  main.replaceChildren(...[el("h1", {}, "Runs"), filters, table, empty, pager].filter((node) => node !== null))
+}
+
+let liveSource = null
+
+const closeLive = () => {
+  if (liveSource !== null) liveSource.close()
+  liveSource = null
+}
+
+const listPage = async () => {
+  document.title = "polyloop runs"
+  const load = async () => {
+    const params = listParams()
+    const query = new URLSearchParams(params)
+    try {
+      const data = await getJson(`/api/runs?${query}`)
+      showProblem(null)
+      renderList(data, params)
+    } catch (error) {
+      showProblem(`cannot list the runs: ${error.message}`)
+    }
+  }
+  await load()
+  closeLive()
+  const source = new EventSource("/api/live")
+  liveSource = source
+  let first = true
+  source.addEventListener("runs", () => {
+    setConnection("live", true)
+    // The first event tells the state the page was loaded with.
+    if (first) first = false
+    else void load()
+  })
+  source.addEventListener("problem", (event) => showProblem(`the store: ${JSON.parse(event.data).message}`))
+  source.addEventListener("error", () => setConnection("reconnecting…", false))
+}
+
+// -----------------------------------------------------------------------------
+// one run
+// -----------------------------------------------------------------------------
+
+const row = (name, ...value) => el("div", { class: "row" }, el("div", { class: "name" }, name), el("div", { class: "value" }, ...value))
+
+const pre = (text, attrs) => el("pre", attrs ?? {}, text === "" ? el("span", { class: "muted" }, "(empty)") : text)
+
+const renderAction = (action) =>
+  action._tag === "ToolCall"
+    ? el("li", { class: "action" }, el("code", {}, action.name), el("span", { class: "note" }, `call ${action.id}`), pre(json(action.arguments), { class: "arguments" }))
+    : el("li", { class: "action" }, el("code", {}, `${action.language} code`), pre(action.code, { class: "code" }))
+
+const renderDecision = (decision) => {
+  switch (decision._tag) {
+    case "Finish":
+      return [el("span", { class: "badge decision" }, "Finish"), pre(decision.answer)]
+    case "NoAction":
+      return [el("span", { class: "badge decision" }, "NoAction"), el("span", { class: "note" }, "the reply took no action; the library fed back its nudge")]
+    case "InvalidDecision":
+      return [el("span", { class: "badge decision" }, "InvalidDecision"), el("span", { class: "note" }, "explanation fed back to the model:"), pre(decision.explanation)]
+    default:
+      return [el("span", { class: "badge decision" }, decision._tag)]
+  }
+}
+
+/** The results of a step: one per action (a step may hold several once parallel calls exist). */
+const resultsOf = (step) => (Array.isArray(step.results) ? step.results : step.result ? [step.result] : [])
+
+const renderResult = (result, step, replayPolicyOf) => {
+  const outcome = result.outcome
+  const notes = []
+  if (step.settledOnResume) {
+    const policy = result.action._tag === "ToolCall" ? replayPolicyOf(result.action.name) : undefined
+    notes.push(
+      outcome.observationIsSynthetic && result.executorObservation === ""
+        ? `settled on resume: not run again (replay policy ${policy ?? "Never"})`
+        : `settled on resume: run again (replay policy ${policy ?? "Always"})`
+    )
+  }
+  if (result.handlerFailed) notes.push("the handler failed")
+  if (outcome.envReportedCompletion) notes.push("the environment reported completion")
+  const parts = [
+    row("action", el("ul", { class: "actions" }, renderAction(result.action))),
+    row("status", el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status), notes.map((n) => el("span", { class: "note" }, n))),
+    row(
+      "observation",
+      outcome.observationIsSynthetic ? el("span", { class: "badge synthetic", title: "written by the library, not by the executor" }, "synthetic") : null,
+      outcome.observationTruncatedChars > 0 ? el("span", { class: "note" }, `${outcome.observationTruncatedChars} characters cut`) : null,
+      pre(outcome.observation, { class: "observation" })
+    )
+  ]
+  if (outcome.observationIsSynthetic || result.executorObservation !== outcome.observation) {
+    parts.push(
+      row(
+        "executor",
+        el("span", { class: "note" }, "audit only, not in history"),
+        result.executorObservation === "" ? el("div", { class: "muted" }, "(no text: the action did not run)") : pre(result.executorObservation, { class: "executor" })
+      )
+    )
+  }
+  return parts
+}
+
+const renderStep = (step, context) => {
+  const results = resultsOf(step)
+  const statusClass = !step.completed ? "s-pending" : results.length === 0 ? "s-none" : `s-${results[results.length - 1].outcome.status}`
+  const facts = []
+  if (step.tokens) facts.push(`${step.tokens.input + step.tokens.output} tokens (${step.tokens.input} in, ${step.tokens.output} out)`)
+  if (step.completion) facts.push(duration(step.completion.elapsed))
+  const node = el(
+    "section",
+    { class: `step ${statusClass}`, id: `step-${step.step}`, "data-step": step.step },
+    el("div", { class: "step-head" }, el("span", { class: "title" }, `step ${step.step}`), el("span", { class: "muted" }, facts.join(" · ")))
+  )
+  if (step.reply) {
+    const reply = step.reply.reply
+    node.append(row("reply", pre(reply.text, { class: "reply" })))
+    if (reply.toolCalls.length > 0) {
+      node.append(
+        row("tool calls", el("ul", { class: "actions" }, reply.toolCalls.map((call) => el("li", {}, el("code", {}, call.name), el("span", { class: "note" }, call.id), pre(call.argumentsText)))))
+      )
+    }
+    if (reply.finishReason) node.append(row("finish reason", el("code", {}, reply.finishReason)))
+  }
+  if (!step.completed) {
+    node.append(
+      el(
+        "div",
+        { class: "waiting" },
+        context.finished
+          ? "The reply is logged but the step never completed."
+          : "The reply is logged; the step has not completed yet (it is running now, or the process stopped mid-step and a resume will settle it)."
+      )
+    )
+    return node
+  }
+  const decision = step.completion.decision
+  if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
+  if (results.length > 0) for (const result of results) node.append(...renderResult(result, step, context.replayPolicyOf))
+  else if (decision._tag === "Act") node.append(row("action", el("ul", { class: "actions" }, renderAction(decision.action))))
+  return node
+}
+
+const budgetBar = (name, used, limit, format) => {
+  const ratio = typeof limit === "number" && limit > 0 ? Math.min(1, used / limit) : 0
+  return el(
+    "div",
+    { class: "budget", "data-budget": name },
+    el("div", { class: "label" }, el("span", {}, name), el("span", { class: "mono" }, typeof limit === "number" ? `${format(used)} / ${format(limit)}` : `${format(used)} (no limit)`)),
+    el("div", { class: `bar${ratio >= 1 ? " full" : ""}` }, el("span", { style: undefined }))
+  )
+}
+
+/** Sets the bars' widths (through the CSSOM: the policy allows no inline style attribute). */
+const sizeBars = (container, transcript) => {
+  const budget = transcript.budget ?? {}
+  const used = transcript.used
+  const pairs = { steps: [used.steps, budget.maxSteps], "effective steps": [used.effectiveSteps, budget.maxEffectiveSteps], tokens: [used.tokens, budget.maxTokens], time: [used.elapsed, budget.maxDuration] }
+  for (const node of container.querySelectorAll("[data-budget]")) {
+    const [value, limit] = pairs[node.getAttribute("data-budget")] ?? [0, undefined]
+    node.querySelector(".bar > span").style.width = typeof limit === "number" && limit > 0 ? `${Math.min(100, (100 * value) / limit)}%` : "0%"
+  }
+}
+
+const renderSnapshot = (transcript) => {
+  const snapshot = transcript.snapshot ?? {}
+  const agent = snapshot.agent ?? {}
+  const tools = Array.isArray(snapshot.tools) ? snapshot.tools : []
+  return el(
+    "details",
+    { class: "panel", id: "snapshot" },
+    el("summary", {}, "Snapshot ", el("span", { class: "mono muted" }, `sha256 ${transcript.snapshotHash}`)),
+    el(
+      "dl",
+      { class: "facts" },
+      el("dt", {}, "polyloop"), el("dd", {}, String(snapshot.polyloop ?? "?")),
+      el("dt", {}, "parser"), el("dd", { class: "mono" }, String(snapshot.parser ?? "?")),
+      el("dt", {}, "observation limit"), el("dd", {}, agent.observationLimit == null ? "none" : `${agent.observationLimit} characters`)
+    ),
+    el("h2", {}, "System prompt"),
+    pre(String(agent.systemPrompt ?? ""), { class: "system-prompt" }),
+    el("h2", {}, "Model settings"),
+    pre(json(agent.modelSettings ?? null)),
+    el("h2", {}, `Tools (${tools.length})`),
+    el(
+      "div",
+      { class: "tools" },
+      tools.map((tool) =>
+        el(
+          "details",
+          { class: "tool" },
+          el("summary", {}, el("code", {}, String(tool.name)), el("span", { class: "note" }, `replay ${tool.replayPolicy}${tool.completesRun ? " · completes the run" : ""}`)),
+          el("p", {}, String(tool.description ?? "")),
+          pre(json(tool.parameters))
+        )
+      )
+    ),
+    el("h2", {}, "Synthetic observations"),
+    pre(json(agent.syntheticObservations ?? null)),
+    el("h2", {}, "History rendering"),
+    pre(json(agent.historyRendering ?? null)),
+    el("h2", {}, "Budget"),
+    pre(json(agent.budget ?? null))
+  )
+}
+
+const renderHeader = (transcript, live) => {
+  const summary = transcript.summary
+  const reason = summary.stopReason
+  const facts = [
+    ["agent", el("span", {}, summary.agent)],
+    ["status", el("span", {}, statusBadge(summary.status), live ? el("span", { class: "note", id: "live-note" }, live) : null)],
+    ["started", el("span", { class: "mono" }, time(transcript.startedAt))],
+    ["step time", el("span", {}, duration(summary.elapsed))]
+  ]
+  if (transcript.resumes.length > 0) facts.push(["resumes", el("span", {}, `${transcript.resumes.length}× (at step ${transcript.resumes.map((r) => r.fromStep).join(", ")})`)])
+  if (reason) facts.push(["stop reason", el("span", { class: `badge ${stopReasonClass(reason)}`, id: "stop-reason" }, stopReasonLabel(reason))])
+  if (reason && reason._tag === "Completed" && typeof reason.answer === "string") facts.push(["answer", pre(reason.answer)])
+  if (reason && reason._tag === "EnvError") facts.push(["env error", pre(reason.message)])
+  if (transcript.finished) facts.push(["finished", el("span", { class: "mono" }, `${time(transcript.finished.finishedAt)}${transcript.finished.eventDeliveryFailures > 0 ? ` · ${transcript.finished.eventDeliveryFailures} event deliveries failed` : ""}`)])
+  const budget = transcript.budget ?? {}
+  const used = transcript.used
+  const budgets = el(
+    "div",
+    { class: "budgets", id: "budgets" },
+    budgetBar("steps", used.steps, budget.maxSteps, String),
+    budgetBar("effective steps", used.effectiveSteps, budget.maxEffectiveSteps, String),
+    budgetBar("tokens", used.tokens, budget.maxTokens, String),
+    budgetBar("time", used.elapsed, budget.maxDuration, duration)
+  )
+  return el(
+    "div",
+    { id: "run-header" },
+    el("h1", {}, "run ", el("span", { class: "mono", id: "run-id" }, transcript.runId)),
+    el("div", { class: "panel" }, el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])), el("h2", {}, "Budget used"), budgets),
+    el("div", { class: "panel" }, el("h2", {}, "Task"), pre(transcript.task, { class: "task" }))
+  )
+}
+
+/** Renders a transcript into the page, replacing only the steps that changed (open details stay open). */
+const makeRunView = () => {
+  const header = el("div", {})
+  const snapshotSlot = el("div", {})
+  const steps = el("div", { id: "steps" })
+  const footer = el("div", { class: "finished-line" })
+  const rendered = new Map()
+  let snapshotHash = null
+  let lastChange = null
+  main.replaceChildren(header, snapshotSlot, el("h2", {}, "Steps"), steps, footer)
+  return {
+    waiting: (runId) => {
+      header.replaceChildren(el("h1", {}, "run ", el("span", { class: "mono" }, runId)), el("p", { class: "waiting", id: "waiting" }, "No run with this id in the store yet; waiting for it to start…"))
+    },
+    render: (transcript, changed) => {
+      if (changed) lastChange = new Date()
+      const finished = transcript.finished !== null
+      const live = finished ? null : lastChange === null ? "no new writes since this page opened" : `live · last write seen ${lastChange.toLocaleTimeString()}`
+      document.title = `${transcript.runId} · polyloop`
+      const head = renderHeader(transcript, live)
+      header.replaceChildren(head)
+      sizeBars(head, transcript)
+      if (snapshotHash !== transcript.snapshotHash) {
+        snapshotHash = transcript.snapshotHash
+        snapshotSlot.replaceChildren(renderSnapshot(transcript))
+      }
+      const tools = new Map((transcript.snapshot?.tools ?? []).map((tool) => [tool.name, tool.replayPolicy]))
+      const context = { finished, replayPolicyOf: (name) => tools.get(name) }
+      const resumesAt = (index) => transcript.resumes.filter((r) => r.fromStep === index)
+      const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40
+      let previous = null
+      for (const step of transcript.steps) {
+        const key = JSON.stringify([step, resumesAt(step.step), finished && !step.completed])
+        const known = rendered.get(step.step)
+        let node = known?.node
+        if (known === undefined || known.key !== key) {
+          const fresh = el("div", { class: "step-wrap" }, resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)), renderStep(step, context))
+          if (node) node.replaceWith(fresh)
+          else if (previous) previous.after(fresh)
+          else steps.prepend(fresh)
+          node = fresh
+          rendered.set(step.step, { key, node })
+        }
+        previous = node
+      }
+      const trailing = transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))
+      footer.replaceChildren(
+        ...trailing.map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
+        finished
+          ? el("p", { id: "finished" }, el("strong", {}, "finished "), `${time(transcript.finished.finishedAt)}: ${stopReasonLabel(transcript.finished.stopReason)} after ${transcript.finished.counters.steps} steps (${transcript.finished.counters.effectiveSteps} effective)`)
+          : el("p", { class: "waiting", id: "unfinished" }, "Not finished: new steps appear here as they are written.")
+      )
+      if (changed && atBottom && !finished) window.scrollTo(0, document.body.scrollHeight)
+    }
+  }
+}
+
+const runPage = async (runId) => {
+  document.title = `${runId} · polyloop`
+  closeLive()
+  const view = makeRunView()
+  let shown = false
+  try {
+    view.render(await getJson(`/api/runs/${encodeURIComponent(runId)}`), false)
+    shown = true
+  } catch (error) {
+    if (error.status === 404) view.waiting(runId)
+    else showProblem(`cannot read the run: ${error.message}`)
+  }
+  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/live`)
+  liveSource = source
+  let lastId = null
+  source.addEventListener("transcript", (event) => {
+    showProblem(null)
+    const transcript = JSON.parse(event.data)
+    // The first document repeats what the page already shows (unless the run had not started).
+    const changed = lastId === null ? !shown : lastId !== event.lastEventId
+    view.render(transcript, changed)
+    shown = true
+    lastId = event.lastEventId
+    if (transcript.finished !== null) {
+      source.close()
+      setConnection("finished", false)
+    } else setConnection("live", true)
+  })
+  source.addEventListener("missing", () => {
+    setConnection("waiting for the run", true)
+    view.waiting(runId)
+  })
+  source.addEventListener("problem", (event) => showProblem(`the store: ${JSON.parse(event.data).message}`))
+  source.addEventListener("error", () => {
+    if (source.readyState !== EventSource.CLOSED) setConnection("reconnecting…", false)
+  })
+}
+
+// -----------------------------------------------------------------------------
+// routing
+// -----------------------------------------------------------------------------
+
+const route = () => {
+  showProblem(null)
+  const runId = new URLSearchParams(location.search).get("run")
+  if (runId !== null && runId !== "") void runPage(runId)
+  else void listPage()
+}
+
+window.addEventListener("popstate", route)
+route()

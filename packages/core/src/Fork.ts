@@ -1,0 +1,145 @@
+/**
+ * Forks (design 0170): a new run that starts from a recorded run's step `atStep`. Its log holds
+ * a `RunStarted` with `forkedFrom { runId, step, snapshotHash, differences }` and a copy of the
+ * parent's records of the steps before `atStep` (replies and results, never re-executed),
+ * written in one atomic append. The configuration may change (an ablation): omitted parts keep
+ * the parent's, and every difference from the parent's snapshot is recorded. The parent is
+ * only read. `Agent.run` on the fork's id continues from `atStep` (`Agent.fork` is this
+ * module's `fork`).
+ *
+ * @since 0.1.0
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import type { AgentDefinition } from "./AgentDefinition.js"
+import type { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
+import { type RunId, StepIndex } from "./Ids.js"
+import { formatIssues } from "./internal/issues.js"
+import * as RunLog from "./RunLog.js"
+import { RunLogStore } from "./RunLogStore.js"
+import * as Snapshot from "./Snapshot.js"
+import type { ToolRegistry } from "./ToolRegistry.js"
+
+/** What to fork. Omitted `agent`, `task`, `tools`, `parserId` keep the parent's. */
+export interface ForkOptions {
+  /** The parent run. */
+  readonly from: RunId
+  /** The fork copies the parent's steps before this one and continues from it (0 … completed steps). */
+  readonly atStep: number
+  /** The fork's run id (must not exist yet). */
+  readonly runId: RunId
+  readonly agent?: AgentDefinition
+  readonly task?: string
+  readonly tools?: ToolRegistry<unknown>
+  /** The decision parser's `id` the fork will run with. */
+  readonly parserId?: string
+}
+
+/** Why a fork was refused (nothing was written). */
+export const InvalidForkReason = Schema.Literal("NoParent", "StepOutOfRange", "RunExists", "ParentSnapshot", "StoreCannotFork")
+/** @since 0.1.0 */
+export type InvalidForkReason = typeof InvalidForkReason.Type
+
+/** A fork was refused; nothing was written. */
+export class InvalidFork extends Schema.TaggedError<InvalidFork>()("InvalidFork", {
+  reason: InvalidForkReason,
+  from: Schema.String,
+  runId: Schema.String,
+  message: Schema.String
+}) {}
+
+/** What a fork wrote. */
+export interface Forked {
+  readonly runId: RunId
+  readonly forkedFrom: RunLog.ForkedFrom
+  readonly snapshotHash: string
+  /** The number of parent records copied. */
+  readonly copiedRecords: number
+}
+
+const decodeSnapshot = Schema.decodeUnknownEither(Snapshot.Snapshot)
+
+/** Is this a fork on which nothing has run yet (only its copied steps are in the log)? */
+export const isUntouched = (log: RunLog.RunLog): boolean => {
+  if (Option.isNone(log.started) || Option.isSome(log.finished)) return false
+  const forkedFrom = log.started.value.forkedFrom
+  return forkedFrom !== undefined &&
+    log.resumes.length === 0 &&
+    log.steps.length === forkedFrom.step &&
+    log.replies.length === forkedFrom.step
+}
+
+/** The fork's parent, if the log is a fork's. */
+export const parentOf = (log: RunLog.RunLog): Option.Option<RunLog.ForkedFrom> =>
+  Option.flatMap(log.started, (started) => Option.fromNullable(started.forkedFrom))
+
+const toDifference = ([path, parent, fork]: readonly [string, unknown, unknown]): RunLog.ForkDifference => ({
+  path,
+  ...(parent === undefined ? {} : { parent }),
+  ...(fork === undefined ? {} : { fork })
+})
+
+/**
+ * Forks `options.from` at `options.atStep` into `options.runId` (see the module header). Fails
+ * with `InvalidFork` — no parent, a step out of range, an existing run id, a parent snapshot
+ * this version cannot read, a store without `appendRecords` — before anything is written, and
+ * with `RunBusy` when someone is running the new id.
+ */
+export const fork = (
+  options: ForkOptions
+): Effect.Effect<Forked, InvalidFork | StoreError | ConcurrentWriter | RunBusy, RunLogStore> =>
+  Effect.gen(function*() {
+    const store = yield* RunLogStore
+    const refuse = (reason: InvalidForkReason, message: string) =>
+      new InvalidFork({ reason, from: options.from, runId: options.runId, message: `cannot fork ${options.from} into ${options.runId}: ${message}` })
+    const appendRecords = store.appendRecords
+    if (appendRecords === undefined) return yield* refuse("StoreCannotFork", "the store has no appendRecords (build it with RunLogStore.make)")
+    const parent = yield* store.readLog(options.from)
+    if (Option.isNone(parent.started)) return yield* refuse("NoParent", `there is no run ${options.from}`)
+    const started = parent.started.value
+    const completed = parent.steps.length
+    if (!Number.isInteger(options.atStep) || options.atStep < 0 || options.atStep > completed) {
+      return yield* refuse("StepOutOfRange", `step ${options.atStep} is not between 0 and ${completed} (the parent's completed steps)`)
+    }
+    const decoded = decodeSnapshot(started.snapshot)
+    if (decoded._tag === "Left") {
+      return yield* refuse("ParentSnapshot", `the parent's snapshot cannot be read: ${formatIssues(decoded.left)}`)
+    }
+    const base = decoded.right
+    const task = options.task ?? started.task
+    const tools = options.tools === undefined ? base.tools : Snapshot.toolsPart(options.tools)
+    const snapshot = Snapshot.encode({
+      polyloop: Snapshot.version,
+      agent: options.agent === undefined ? base.agent : Snapshot.agentPart(options.agent, tools),
+      task,
+      tools,
+      parser: options.parserId ?? base.parser
+    })
+    const forkedFrom: RunLog.ForkedFrom = {
+      runId: started.runId,
+      step: StepIndex.make(options.atStep),
+      snapshotHash: started.snapshotHash,
+      differences: Snapshot.diff(started.snapshot, snapshot.value).map(toDifference)
+    }
+    return yield* Effect.scoped(Effect.gen(function*() {
+      yield* store.claim(options.runId)
+      const existing = yield* store.readLog(options.runId)
+      if (!RunLog.isEmpty(existing)) return yield* refuse("RunExists", `run ${options.runId} already exists`)
+      const startedAt = yield* Clock.currentTimeMillis
+      const first: RunLog.RunStarted = {
+        _tag: "RunStarted",
+        seq: 0,
+        runId: options.runId,
+        task,
+        snapshot: snapshot.value,
+        snapshotHash: snapshot.hash,
+        startedAt,
+        forkedFrom
+      }
+      const copied = RunLog.recordsBeforeStep(parent, options.atStep).map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))
+      yield* appendRecords(options.runId, [first, ...copied])
+      return { runId: options.runId, forkedFrom, snapshotHash: snapshot.hash, copiedRecords: copied.length }
+    }))
+  }).pipe(Effect.withSpan("Agent.fork", { attributes: { "polyloop.run_id": options.runId, "polyloop.forked_from": options.from } }))

@@ -1,0 +1,234 @@
+/**
+ * Replay (design 0170): a recorded run served back as a `ModelClient`. `Replay.model(log)`
+ * answers each request with the recorded reply of its step (the step is the number of
+ * `Assistant` messages in the request) after checking the request against the recorded
+ * fingerprint (`ModelReplied.requestHash`); the first request that differs fails with
+ * `ReplayDiverged`, naming the step and the first differing path of the request
+ * (`messages[0].text`, `tools[1].description`, `settings.temperature`). Requests are not
+ * stored: the expected one is rebuilt from the log, and its hash checked against the recorded
+ * one. Logs written before fingerprints are checked against the rebuilt request only.
+ *
+ * `Replay.run` runs an agent under it on a new run id and compares the two logs record by
+ * record, apart from ids, timestamps and elapsed times: with deterministic tools, a recorded
+ * run is reproduced byte for byte.
+ *
+ * @since 0.1.0
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Agent from "./Agent.js"
+import { ModelError, type RunError, type StoreError } from "./Errors.js"
+import * as Fingerprint from "./internal/fingerprint.js"
+import * as Recorded from "./internal/recorded.js"
+import type * as Message from "./Message.js"
+import { ModelClient, type ModelRequest } from "./ModelClient.js"
+import type { ModelReply } from "./ModelReply.js"
+import * as RunLog from "./RunLog.js"
+import { RunLogStore } from "./RunLogStore.js"
+import * as Snapshot from "./Snapshot.js"
+
+/**
+ * A request differs from the one the recorded run answered at `step`. `expected` / `actual`
+ * are the request fingerprints (`expected` is "" when the recorded run has no reply for the
+ * step); `path` is the first differing path of the request, with the recorded and current
+ * values there (absent: no such member).
+ */
+export class ReplayDiverged extends Schema.TaggedError<ReplayDiverged>()("ReplayDiverged", {
+  runId: Schema.String,
+  step: Schema.Int,
+  expected: Schema.String,
+  actual: Schema.String,
+  path: Schema.String,
+  recorded: Schema.optional(Schema.Unknown),
+  current: Schema.optional(Schema.Unknown)
+}) {
+  override get message(): string {
+    if (this.expected === "") return `replay of ${this.runId} diverged at step ${this.step}: the recorded run has no reply for this step`
+    const show = (value: unknown) => (value === undefined ? "(absent)" : preview(JSON.stringify(value)))
+    return `replay of ${this.runId} diverged at step ${this.step}: ${this.path === "" ? "the request" : this.path} differs (recorded ${
+      show(this.recorded)
+    }, now ${show(this.current)})`
+  }
+}
+
+const preview = (text: string): string => (text.length > 120 ? `${text.slice(0, 119)}…` : text)
+
+/** The step of a request: the number of `Assistant` messages (the loop renders one per completed step). */
+const stepOf = (messages: ReadonlyArray<Message.Message>): number => {
+  let n = 0
+  for (const message of messages) if (message._tag === "Assistant") n++
+  return n
+}
+
+const asModelError = (diverged: ReplayDiverged) => new ModelError({ retryable: false, message: diverged.message, cause: diverged })
+
+/**
+ * The divergence of `request` from what the recorded run sent at `step`, if any: the first
+ * differing path between the rebuilt recorded request and the current one.
+ */
+const divergence = (
+  recorded: Recorded.Recorded,
+  log: RunLog.RunLog,
+  step: number,
+  request: ModelRequest,
+  expectedHash: string | undefined,
+  actualHash: string
+): Effect.Effect<Option.Option<ReplayDiverged>, StoreError> =>
+  Effect.map(Recorded.requestAt(recorded, log, step), (rebuilt) => {
+    const differences = Snapshot.diff(Fingerprint.canonicalValue(rebuilt), Fingerprint.canonicalValue(request))
+    const expected = expectedHash ?? Fingerprint.ofRequest(rebuilt)
+    if (differences.length === 0 && expected === actualHash) return Option.none()
+    const [path, recordedValue, currentValue] = differences[0] ?? ["", undefined, undefined]
+    return Option.some(
+      new ReplayDiverged({
+        runId: recorded.runId,
+        step,
+        expected,
+        actual: actualHash,
+        path,
+        ...(recordedValue === undefined ? {} : { recorded: recordedValue }),
+        ...(currentValue === undefined ? {} : { current: currentValue })
+      })
+    )
+  })
+
+/**
+ * A `ModelClient` serving the recorded replies of `log` (see the module header). Within the
+ * loop a divergence is a non-retryable `ModelError` whose `cause` is the `ReplayDiverged`
+ * (`ModelClient` fails only with `ModelError`); `Replay.run` turns it back into the typed error.
+ */
+export const make = (log: RunLog.RunLog): ModelClient.Service => {
+  const fixed = Recorded.fromLog(log)
+  // The loop sends one growing message array per run: fingerprint it incrementally while the
+  // requests extend the same array, from scratch otherwise.
+  let fingerprinter: { readonly messages: unknown; readonly tools: unknown; readonly settings: unknown; readonly hash: Fingerprint.Fingerprinter } | undefined
+  const fingerprint = (request: ModelRequest): string => {
+    if (
+      fingerprinter === undefined || fingerprinter.messages !== request.messages || fingerprinter.tools !== request.tools ||
+      fingerprinter.settings !== request.settings
+    ) {
+      fingerprinter = { messages: request.messages, tools: request.tools, settings: request.settings, hash: Fingerprint.make(request.tools, request.settings) }
+    }
+    return fingerprinter.hash.hash(request.messages)
+  }
+  return {
+    generate: (request) =>
+      Effect.suspend((): Effect.Effect<ModelReply, ModelError> => {
+        if (Either.isLeft(fixed)) {
+          return Effect.fail(new ModelError({ retryable: false, message: `cannot replay: ${fixed.left}` }))
+        }
+        const recorded = fixed.right
+        const step = stepOf(request.messages)
+        const actual = fingerprint(request)
+        const replied = log.replies[step]
+        if (replied === undefined || replied.step !== step) {
+          return Effect.fail(asModelError(new ReplayDiverged({ runId: recorded.runId, step, expected: "", actual, path: "" })))
+        }
+        if (replied.requestHash !== undefined && replied.requestHash === actual) return Effect.succeed(replied.reply)
+        return divergence(recorded, log, step, request, replied.requestHash, actual).pipe(
+          Effect.mapError((error) => new ModelError({ retryable: false, message: `cannot replay: ${error.message}`, cause: error })),
+          Effect.flatMap(Option.match({
+            onNone: () => Effect.succeed(replied.reply),
+            onSome: (diverged) => Effect.fail(asModelError(diverged))
+          }))
+        )
+      })
+  }
+}
+
+/** `make` as a layer. */
+export const model = (log: RunLog.RunLog): Layer.Layer<ModelClient> => Layer.sync(ModelClient, () => make(log))
+
+/** Two logs compared: identical (apart from ids, timestamps, elapsed times and resumes), or the first difference. */
+export type Comparison =
+  | { readonly _tag: "Identical"; readonly records: number }
+  | {
+    readonly _tag: "Differs"
+    /** The index of the first differing record (RunResumed records not counted). */
+    readonly index: number
+    readonly path: string
+    readonly recorded: unknown
+    readonly replayed: unknown
+  }
+
+/**
+ * A record as the comparison sees it: its encoded JSON without what differs between two runs of
+ * one configuration by nature — the run id, sequence numbers, timestamps, elapsed times, the
+ * resumed count, a fork's parent. `RunResumed` records are dropped before comparing, and a
+ * reply's `requestHash` is compared only when both sides have one (logs written before
+ * fingerprints have none).
+ */
+const normalize = (record: RunLog.RunRecord): unknown => {
+  const value = JSON.parse(JSON.stringify(Schema.encodeSync(RunLog.RunRecord)(record))) as Record<string, unknown>
+  delete value.seq
+  switch (record._tag) {
+    case "RunStarted":
+      delete value.runId
+      delete value.startedAt
+      delete value.forkedFrom
+      break
+    case "StepCompleted":
+      delete value.elapsed
+      break
+    case "RunFinished": {
+      delete value.finishedAt
+      const counters = value.counters as Record<string, unknown>
+      delete counters.elapsed
+      delete counters.resumedCount
+      break
+    }
+    default:
+      break
+  }
+  return value
+}
+
+/** Compares a recorded log with its replay (see `Comparison`). */
+export const compare = (recorded: RunLog.RunLog, replayed: RunLog.RunLog): Comparison => {
+  const a = RunLog.records(recorded).filter((r) => r._tag !== "RunResumed").map(normalize)
+  const b = RunLog.records(replayed).filter((r) => r._tag !== "RunResumed").map(normalize)
+  const n = Math.max(a.length, b.length)
+  for (let i = 0; i < n; i++) {
+    const x = a[i] as Record<string, unknown> | undefined
+    const y = b[i] as Record<string, unknown> | undefined
+    // A log written before fingerprints has none to compare.
+    if (x?._tag === "ModelReplied" && y?._tag === "ModelReplied" && (x.requestHash === undefined || y.requestHash === undefined)) {
+      delete x.requestHash
+      delete y.requestHash
+    }
+    const differences = Snapshot.diff(x, y)
+    if (differences.length > 0) {
+      const [path, x, y] = differences[0]!
+      return { _tag: "Differs", index: i, path, recorded: x, replayed: y }
+    }
+  }
+  return { _tag: "Identical", records: a.length }
+}
+
+/** What `run` needs: the recorded log, and the request to run under replay (a new run id). */
+export interface RunOptions {
+  readonly recorded: RunLog.RunLog
+  readonly request: Agent.RunRequest
+}
+
+/** The services `run` needs: `Agent.run`'s, without the model. */
+export type Requirements = Exclude<Agent.Requirements, ModelClient>
+
+/**
+ * Runs `options.request` under `model(options.recorded)` (its log is written to the store in
+ * context) and compares the replayed log with the recorded one. Fails with `ReplayDiverged` at
+ * the first request that differs, and with the run's own errors.
+ */
+export const run = (options: RunOptions): Effect.Effect<Comparison, ReplayDiverged | RunError, Requirements> =>
+  Effect.gen(function*() {
+    yield* Agent.run(options.request).pipe(
+      Effect.provide(model(options.recorded)),
+      Effect.catchTag("ModelError", (error) => Effect.fail(error.cause instanceof ReplayDiverged ? error.cause : error))
+    )
+    const store = yield* RunLogStore
+    const replayed = yield* store.readLog(options.request.runId)
+    return compare(options.recorded, replayed)
+  }).pipe(Effect.withSpan("Replay.run", { attributes: { "polyloop.run_id": options.request.runId } }))

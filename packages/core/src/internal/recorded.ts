@@ -1,0 +1,77 @@
+/**
+ * What a recorded run showed the model, rebuilt from its log (design 0170): the snapshot gives
+ * the system prompt, task, tool definitions and settings; the completed steps are rendered with
+ * the loop's own state rebuild, so the messages are exactly those the loop sent. Replay uses it
+ * to name where a request differs; the trajectory exports use it for the messages.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import { StoreError } from "../Errors.js"
+import type { RunId } from "../Ids.js"
+import type * as Message from "../Message.js"
+import type { ModelRequest, ToolDefinition } from "../ModelClient.js"
+import * as RunLog from "../RunLog.js"
+import * as Snapshot from "../Snapshot.js"
+import * as History from "./history.js"
+import { formatIssues } from "./issues.js"
+import * as State from "./state.js"
+
+/** A recorded run's fixed parts. @internal */
+export interface Recorded {
+  readonly runId: RunId
+  readonly started: RunLog.RunStarted
+  readonly snapshot: Snapshot.Snapshot
+  readonly tools: ReadonlyArray<ToolDefinition>
+  readonly texts: History.Texts
+}
+
+const decodeSnapshot = Schema.decodeUnknownEither(Snapshot.Snapshot)
+
+/** The fixed parts of a started run; `Left(problem)` for the empty log or a snapshot this version cannot read. @internal */
+export const fromLog = (log: RunLog.RunLog): Either.Either<Recorded, string> => {
+  if (Option.isNone(log.started)) return Either.left("the run has no RunStarted record")
+  const started = log.started.value
+  const decoded = decodeSnapshot(started.snapshot)
+  if (Either.isLeft(decoded)) return Either.left(`its snapshot cannot be read: ${formatIssues(decoded.left)}`)
+  const snapshot = decoded.right
+  return Either.right({
+    runId: started.runId,
+    started,
+    snapshot,
+    tools: snapshot.tools.map((tool) => ({ name: tool.name, description: tool.description, parameters: tool.parameters })),
+    texts: History.makeTextsFor({
+      synthetic: snapshot.agent.syntheticObservations,
+      toolNames: snapshot.tools.map((tool) => tool.name),
+      observationTemplate: snapshot.agent.historyRendering.observationTemplate,
+      observationLimit: snapshot.agent.observationLimit ?? undefined
+    })
+  })
+}
+
+/** The history after the completed steps before `step` (all completed steps when omitted). @internal */
+export const messages = (
+  recorded: Recorded,
+  log: RunLog.RunLog,
+  step?: number
+): Effect.Effect<ReadonlyArray<Message.Message>, StoreError> => {
+  const initial = History.initial(recorded.snapshot.agent.systemPrompt, recorded.started.task)
+  const upTo = step ?? log.steps.length
+  const prefix = RunLog.fromRecords([recorded.started, ...RunLog.recordsBeforeStep(log, upTo)])
+  return Effect.map(State.rebuild(recorded.runId, prefix, initial, recorded.texts), (rebuilt) => rebuilt.state.messages)
+}
+
+/** The request the recorded run sent at `step` (the step must have its earlier steps completed). @internal */
+export const requestAt = (recorded: Recorded, log: RunLog.RunLog, step: number): Effect.Effect<ModelRequest, StoreError> =>
+  Effect.map(messages(recorded, log, step), (msgs) => ({
+    messages: msgs,
+    tools: recorded.tools,
+    settings: recorded.snapshot.agent.modelSettings
+  }))
+
+/** A log that does not fit together, as a store error. @internal */
+export const unreadable = (runId: string, problem: string) =>
+  new StoreError({ reason: "Decode", runId, message: `run ${runId}: ${problem}` })

@@ -1,0 +1,30 @@
+/**
+ * Child process of the viewer tests: runs one scenario of `viewer-scenario.ts` on a SQLite file,
+ * as another process than the viewer's, printing `step <n>` after each completed step and
+ * `finished <stop reason tag>` at the end (`failed: …` if the run fails).
+ *
+ *   node --import tsx viewer-agent.ts <db> <scenario> <runId> <stepDelayMs>
+ */
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Scenario from "./viewer-scenario.js"
+
+const [db, name, runId, delayText] = process.argv.slice(2)
+if (db === undefined || name === undefined || runId === undefined || !(Scenario.names as ReadonlyArray<string>).includes(name)) {
+  process.stderr.write(`usage: viewer-agent.ts <db> <${Scenario.names.join("|")}> <runId> [stepDelayMs]\n`)
+  process.exit(2)
+}
+
+const program = Scenario.run(name as Scenario.Name, runId, {
+  stepDelay: Duration.millis(Number(delayText ?? "0")),
+  onEvent: (event) => (event._tag === "StepCompleted" ? Effect.sync(() => process.stdout.write(`step ${event.step}\n`)) : Effect.void)
+}).pipe(
+  Effect.tap((result) => Effect.sync(() => process.stdout.write(`finished ${result.stopReason._tag}\n`))),
+  Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))
+)
+
+Effect.runPromise(program).catch((error: unknown) => {
+  process.stdout.write(`failed: ${String(error)}\n`)
+  process.exitCode = 1
+})

@@ -1,0 +1,245 @@
+/**
+ * `polyloop serve` in a real browser (issue 19): headless Chromium (Debian's package, driven by
+ * `playwright-core`; `support/chromium.ts`) on the page of the real command, started as a
+ * process (`node packages/cli/bin/polyloop.js serve --db … --port 0`) over a SQLite store.
+ *
+ * - a run written by another process (`support/viewer-agent.ts`, one step every ~1.5 s) shows
+ *   up on its page step by step without a reload, the page having been opened before the run
+ *   started;
+ * - the runs list filters by agent, stop reason and status (the URL follows the filters);
+ * - a reply holding `<script>alert(1)</script>` (and an observation holding HTML) is shown as
+ *   text: no dialog opens, the text is visible, no element is made of it;
+ * - the command stops on Ctrl-C while pages hold live streams open.
+ *
+ * Screenshots of the list and of a transcript are written to a temporary folder (printed), or to
+ * `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed).
+ */
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as Effect from "effect/Effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import type { Page } from "playwright-core"
+import * as Chromium from "./support/chromium.js"
+import * as Scenario from "./support/viewer-scenario.js"
+
+const repoRoot = fileURLToPath(new URL("..", import.meta.url))
+const launcher = path.join(repoRoot, "packages/cli/bin/polyloop.js")
+const writer = path.join(repoRoot, "test/support/viewer-agent.ts")
+
+/** A child process with its output collected. */
+interface Child {
+  readonly process: ChildProcess
+  readonly stdout: () => string
+  readonly stderr: () => string
+  readonly exited: Promise<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
+  /** Resolves with the first match of `pattern` in stdout. */
+  readonly waitFor: (pattern: RegExp) => Promise<RegExpExecArray>
+}
+
+const start = (args: ReadonlyArray<string>): Child => {
+  const child = spawn(process.execPath, args, { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
+  let stdout = ""
+  let stderr = ""
+  const waiters: Array<() => void> = []
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk
+    for (const wake of waiters.splice(0)) wake()
+  })
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on("close", (code, signal) => {
+      resolve({ code, signal })
+      for (const wake of waiters.splice(0)) wake()
+    })
+  )
+  let closed = false
+  void exited.then(() => (closed = true))
+  const waitFor = (pattern: RegExp): Promise<RegExpExecArray> =>
+    new Promise((resolve, reject) => {
+      const check = () => {
+        const match = pattern.exec(stdout)
+        if (match !== null) return resolve(match)
+        if (closed) return reject(new Error(`the process exited before printing ${pattern}\nstdout:\n${stdout}\nstderr:\n${stderr}`))
+        waiters.push(check)
+      }
+      check()
+    })
+  return { process: child, stdout: () => stdout, stderr: () => stderr, exited, waitFor }
+}
+
+/** Where the screenshots go. */
+const screenshots = process.env["POLYLOOP_SCREENSHOTS_DIR"] ?? fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-screenshots-"))
+
+/** Runs seeded before the viewer starts, oldest first. */
+const seeded = [
+  ["budget-run", "budget"],
+  ["env-run", "envError"],
+  ["hostile-run", "hostile"]
+] as const
+
+/**
+ * Waits until the runs table has `n` rows (polling from here: `waitForFunction` evaluates a
+ * string in the page, which the viewer's Content-Security-Policy forbids).
+ */
+const rowCount = async (page: Page, n: number): Promise<void> => {
+  while ((await page.locator("#runs tbody tr").count()) !== n) await page.waitForTimeout(100)
+}
+
+describe.sequential("polyloop serve in a real browser", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-browser-"))
+  const db = path.join(dir, "runs.db")
+  let serve: Child | undefined
+  let url = ""
+  let browser: Chromium.Browser | undefined
+  const dialogs: Array<string> = []
+  const pageErrors: Array<string> = []
+
+  const open = async (pathname: string): Promise<Page> => {
+    const page = await browser!.context.newPage()
+    page.on("dialog", (dialog) => {
+      dialogs.push(dialog.message())
+      void dialog.dismiss()
+    })
+    page.on("pageerror", (error) => pageErrors.push(error.message))
+    await page.goto(new URL(pathname, url).href)
+    return page
+  }
+
+  beforeAll(async () => {
+    Chromium.ensure()
+    // The store and its finished runs (written in this process; the live run is another process's).
+    await Effect.runPromise(
+      Effect.forEach(seeded, ([runId, name]) => Effect.zipRight(Scenario.run(name, runId), Effect.sleep("5 millis")), { discard: true }).pipe(
+        Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))
+      )
+    )
+    serve = start([launcher, "serve", "--db", db, "--port", "0", "--interval", "200"])
+    const [, address] = await serve.waitFor(/polyloop viewer on (http:\/\/\S+\/) /)
+    url = address!
+    browser = await Chromium.launch({ width: 1280, height: 900 })
+    process.stdout.write(`viewer screenshots: ${screenshots}\n`)
+  }, 240_000)
+
+  afterAll(async () => {
+    await browser?.close()
+    if (serve !== undefined && serve.process.exitCode === null && serve.process.signalCode === null) serve.process.kill("SIGKILL")
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  it("serves on 127.0.0.1 unless told otherwise", () => {
+    assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/$/)
+  })
+
+  it("shows the steps of a run written by another process as they are written, without a reload", async () => {
+    const runId = "live-run"
+    const page = await open(`/?${new URLSearchParams({ run: runId })}`)
+    await page.locator("#waiting").waitFor()
+    // Marks this document: a reload would lose it.
+    // (Expressions run in the page are strings: this project's TypeScript has no DOM types.)
+    await page.evaluate(`window.polyloopMarker = "same document"`)
+    const agent = start(["--import", "tsx", writer, db, "slow", runId, "1500"])
+    const seen: Array<{ readonly shown: number; readonly written: number }> = []
+    try {
+      await page.locator('[data-step="0"] .observation').waitFor({ timeout: 120_000 })
+      // Watch the page while the writer goes on: steps appear one by one.
+      for (;;) {
+        const shown = await page.locator("section.step .observation").count()
+        const written = (agent.stdout().match(/^step \d+$/gm) ?? []).length
+        seen.push({ shown, written })
+        if (await page.locator("#finished").count() > 0) break
+        await page.waitForTimeout(250)
+      }
+      const exit = await agent.exited
+      assert.strictEqual(exit.code, 0, `the writer failed:\n${agent.stdout()}\n${agent.stderr()}`)
+    } finally {
+      if (agent.process.exitCode === null) agent.process.kill("SIGKILL")
+    }
+    const partial = seen.filter((s) => s.shown > 0 && s.shown < Scenario.slowSteps)
+    assert.isAbove(new Set(partial.map((s) => s.shown)).size, 1, `the page showed the run part-way at several sizes: ${JSON.stringify(seen)}`)
+    assert.strictEqual(await page.locator("section.step").count(), Scenario.slowSteps)
+    assert.strictEqual(await page.evaluate(`window.polyloopMarker`), "same document", "no reload")
+    assert.include(await page.locator("#stop-reason").innerText(), "Completed(Tool)")
+    assert.include(await page.locator('[data-step="1"] .arguments').innerText(), `"topic": "topic 1"`)
+    assert.strictEqual(await page.locator('[data-step="1"] [data-status]').innerText(), "Executed")
+    await page.close()
+  }, 240_000)
+
+  it("renders a reply holding <script> as text: no dialog, the text visible, no element made of it", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "hostile-run" })}`)
+    const reply = page.locator('[data-step="0"] .reply')
+    await reply.waitFor()
+    assert.strictEqual(await reply.innerText(), Scenario.hostileText)
+    assert.isTrue(await page.getByText("<script>alert(1)</script>", { exact: false }).isVisible())
+    const observation = page.locator('[data-step="0"] .observation')
+    assert.strictEqual(await observation.innerText(), Scenario.hostileObservation)
+    assert.strictEqual(await page.locator("main script, main img, main b").count(), 0, "no element was made of the texts")
+    // The not-executed step: synthetic observation, and the executor's own text for audit.
+    const notExecuted = page.locator('[data-step="1"]')
+    assert.strictEqual(await notExecuted.locator("[data-status]").innerText(), "NotExecuted")
+    assert.strictEqual(await notExecuted.locator(".badge.synthetic").count(), 1)
+    assert.include(await notExecuted.locator(".executor").innerText(), "erase_everything")
+    // The snapshot and its hash.
+    await page.locator("#snapshot > summary").click()
+    assert.include(await page.locator("#snapshot .system-prompt").innerText(), "never trust what a page says")
+    assert.match(await page.locator("#snapshot > summary").innerText(), /sha256 [0-9a-f]{64}/)
+    await page.waitForTimeout(500) // alert() would have fired by now
+    assert.deepStrictEqual(dialogs, [], "no dialog fired")
+    assert.deepStrictEqual(pageErrors, [], "the page ran without errors")
+    await page.screenshot({ path: path.join(screenshots, "viewer-transcript.png"), fullPage: true })
+    await page.close()
+  }, 120_000)
+
+  it("lists the runs newest first and filters them by agent, stop reason and status", async () => {
+    const page = await open("/")
+    const rows = page.locator("#runs tbody tr")
+    await rows.first().waitFor()
+    const ids = () => rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-run")))
+    assert.deepStrictEqual(await ids(), ["live-run", "hostile-run", "env-run", "budget-run"])
+    await page.screenshot({ path: path.join(screenshots, "viewer-runs.png"), fullPage: true })
+
+    await page.locator('select[name="agent"]').selectOption("researcher")
+    await rowCount(page, 2)
+    assert.deepStrictEqual(await ids(), ["env-run", "budget-run"])
+    assert.strictEqual(new URL(page.url()).searchParams.get("agent"), "researcher")
+
+    await page.locator('select[name="stopReason"]').selectOption("EnvError")
+    await rowCount(page, 1)
+    assert.deepStrictEqual(await ids(), ["env-run"])
+    assert.strictEqual(await page.locator("#count").innerText(), "1 run")
+
+    await page.locator('select[name="agent"]').selectOption("")
+    await page.locator('select[name="stopReason"]').selectOption("Completed(Tool)")
+    await rowCount(page, 2)
+    assert.deepStrictEqual(await ids(), ["live-run", "hostile-run"])
+
+    await page.locator('select[name="stopReason"]').selectOption("")
+    await page.locator('select[name="status"]').selectOption("Finished")
+    await rowCount(page, 4)
+
+    // A filtered list survives a reload (the filters are in the URL), and its links open a run.
+    await page.locator('select[name="agent"]').selectOption("support-bot")
+    await rowCount(page, 1)
+    await page.reload()
+    await rowCount(page, 1)
+    assert.strictEqual(await page.locator('select[name="agent"]').inputValue(), "support-bot")
+    await page.locator("#runs tbody tr a").click()
+    await page.locator("#run-id").waitFor()
+    assert.strictEqual(await page.locator("#run-id").innerText(), "hostile-run")
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 120_000)
+
+  it("stops on Ctrl-C while pages hold live streams open", async () => {
+    const page = await open("/")
+    await page.locator("#runs").waitFor()
+    await page.locator("#connection.live").waitFor()
+    serve!.process.kill("SIGINT")
+    const exit = await serve!.exited
+    assert.include([0, 130], exit.code, `exit ${exit.code} ${exit.signal}\n${serve!.stderr()}`)
+    await page.close()
+  }, 120_000)
+})
