@@ -9,12 +9,16 @@
  * - the runs list filters by agent, stop reason and status (the URL follows the filters);
  * - a reply holding `<script>alert(1)</script>` (and an observation holding HTML) is shown as
  *   text: no dialog opens, the text is visible, no element is made of it;
+ * - a suspended run shows its waiting call, and Reject (with its reason) is recorded;
+ * - a fork links to its parent, the parent to its forks;
  * - the command stops on Ctrl-C while pages hold live streams open.
  *
  * Screenshots of the list and of a transcript are written to a temporary folder (printed), or to
  * `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed).
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import * as Fork from "@polyloop/core/Fork"
+import * as Ids from "@polyloop/core/Ids"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Effect from "effect/Effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -113,9 +117,15 @@ describe.sequential("polyloop serve in a real browser", () => {
     Chromium.ensure()
     // The store and its finished runs (written in this process; the live run is another process's).
     await Effect.runPromise(
-      Effect.forEach(seeded, ([runId, name]) => Effect.zipRight(Scenario.run(name, runId), Effect.sleep("5 millis")), { discard: true }).pipe(
-        Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))
-      )
+      Effect.gen(function*() {
+        for (const [runId, name] of seeded) {
+          yield* Scenario.run(name, runId)
+          yield* Effect.sleep("5 millis")
+        }
+        yield* Scenario.suspend("approval-run")
+        yield* Effect.sleep("5 millis")
+        yield* Fork.fork({ from: Ids.runId("hostile-run"), atStep: 2, runId: Ids.runId("fork-run") })
+      }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
     )
     serve = start([launcher, "serve", "--db", db, "--port", "0", "--interval", "200"])
     const [, address] = await serve.waitFor(/polyloop viewer on (http:\/\/\S+\/) /)
@@ -198,7 +208,8 @@ describe.sequential("polyloop serve in a real browser", () => {
     const rows = page.locator("#runs tbody tr")
     await rows.first().waitFor()
     const ids = () => rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-run")))
-    assert.deepStrictEqual(await ids(), ["live-run", "hostile-run", "env-run", "budget-run"])
+    assert.deepStrictEqual(await ids(), ["live-run", "fork-run", "approval-run", "hostile-run", "env-run", "budget-run"])
+    assert.strictEqual(await page.locator('[data-run="approval-run"] .badge.suspended').innerText(), "suspended")
     await page.screenshot({ path: path.join(screenshots, "viewer-runs.png"), fullPage: true })
 
     await page.locator('select[name="agent"]').selectOption("researcher")
@@ -217,6 +228,9 @@ describe.sequential("polyloop serve in a real browser", () => {
     assert.deepStrictEqual(await ids(), ["live-run", "hostile-run"])
 
     await page.locator('select[name="stopReason"]').selectOption("")
+    await page.locator('select[name="status"]').selectOption("Suspended")
+    await rowCount(page, 1)
+    assert.deepStrictEqual(await ids(), ["approval-run"])
     await page.locator('select[name="status"]').selectOption("Finished")
     await rowCount(page, 4)
 
@@ -230,6 +244,46 @@ describe.sequential("polyloop serve in a real browser", () => {
     await page.locator("#run-id").waitFor()
     assert.strictEqual(await page.locator("#run-id").innerText(), "hostile-run")
     assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 120_000)
+
+  it("shows a suspended run's waiting call; Reject (with the reason the model is told) is recorded and the page updates", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "approval-run" })}`)
+    const call = page.locator('#waiting-calls [data-call="call_s1_0"]')
+    await call.waitFor()
+    assert.include(await call.innerText(), "delete_records")
+    assert.include(await call.locator(".arguments").innerText(), `"customer": "42"`)
+    await page.locator('#waiting-calls input[name="by"]').fill("Grace")
+    await page.screenshot({ path: path.join(screenshots, "viewer-approval.png"), fullPage: true })
+    await call.locator("button.reject").click()
+    assert.include(await call.locator(".outcome").innerText(), "say why", "a rejection needs a reason")
+    await call.locator('input[name="reason"]').fill("not without a ticket")
+    await call.locator("button.reject").click()
+    // The decision is in the log: the live stream brings it back, the call no longer waits.
+    const decided = page.locator('[data-step="1"] .decision-made')
+    await decided.waitFor()
+    assert.include(await decided.innerText(), "rejected")
+    assert.include(await decided.innerText(), "by Grace")
+    assert.include(await decided.innerText(), "not without a ticket")
+    assert.strictEqual(await page.locator("#waiting-calls").count(), 0)
+    const recorded = (await (await fetch(new URL("/api/runs/approval-run", url))).json()) as { approvals: ReadonlyArray<{ _tag: string; by?: string }> }
+    assert.deepStrictEqual(recorded.approvals.map((a) => [a._tag, a.by]), [["ApprovalRequested", undefined], ["ApprovalDecided", "Grace"]])
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 120_000)
+
+  it("links a fork to its parent and a run to its forks", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "hostile-run" })}`)
+    const forkLink = page.locator("#forks a")
+    await forkLink.waitFor()
+    assert.strictEqual(await forkLink.innerText(), "fork-run")
+    assert.include(await page.locator("#forks").innerText(), "from step 2")
+    await forkLink.click()
+    await page.locator("#forked-from").waitFor()
+    assert.strictEqual(await page.locator("#run-id").innerText(), "fork-run")
+    assert.include(await page.locator("#forked-from").innerText(), "hostile-run at step 2")
+    assert.include(await page.locator("#forked-from").innerText(), "same configuration")
+    assert.strictEqual(await page.locator("section.step").count(), 2, "the parent's two steps were copied")
     await page.close()
   }, 120_000)
 

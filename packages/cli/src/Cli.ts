@@ -20,6 +20,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import { userInfo } from "node:os"
 import { CliError } from "./CliError.js"
 import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
@@ -230,6 +231,15 @@ export const exportRun = Command.make(
 // serve
 // -----------------------------------------------------------------------------
 
+/** The name of the user running the command ("someone" when the system cannot tell). */
+const userName = (): string => {
+  try {
+    return userInfo().username
+  } catch {
+    return "someone"
+  }
+}
+
 /** `polyloop serve`. */
 export const serve = Command.make(
   "serve",
@@ -243,6 +253,10 @@ export const serve = Command.make(
       )
     ),
     port: Options.integer("port").pipe(Options.withDefault(Serve.defaultPort), Options.withDescription("the port (0: any free port)")),
+    as: Options.text("as").pipe(
+      Options.optional,
+      Options.withDescription("who approval decisions made on the page are recorded as made by, when the page names no one (default: <user> via polyloop serve)")
+    ),
     interval: Options.integer("interval").pipe(
       Options.withDefault(Duration.toMillis(Serve.defaultInterval)),
       Options.withDescription("milliseconds between two polls of the store for live pages")
@@ -255,7 +269,8 @@ export const serve = Command.make(
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
         port: options.port,
-        interval: Duration.millis(options.interval)
+        interval: Duration.millis(options.interval),
+        decider: Option.getOrElse(options.as, () => `${userName()} via polyloop serve`)
       })
       if (!bound.loopback) {
         yield* Console.error(

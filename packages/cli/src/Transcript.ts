@@ -6,10 +6,12 @@
  *
  * @since 0.1.0
  */
+import * as Approval from "@polyloop/core/Approval"
 import type { Budget } from "@polyloop/core/Budget"
 import type { RunId } from "@polyloop/core/Ids"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -39,6 +41,10 @@ export interface Transcript {
   readonly snapshot: Option.Option<Snapshot.Snapshot>
   readonly steps: ReadonlyArray<Step>
   readonly resumes: ReadonlyArray<RunLog.RunResumed>
+  /** Approval requests and decisions, in write order (design 0160). */
+  readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
+  /** The calls waiting for a person's decision (a suspended run). */
+  readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
 }
 
@@ -77,6 +83,8 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         snapshot: decodeSnapshot(started.snapshot),
         steps,
         resumes: log.resumes,
+        approvals: log.approvals,
+        waiting: Approval.waiting(log),
         finished: log.finished
       }
     }))
@@ -206,6 +214,8 @@ export const render = (style: Style, transcript: Transcript): string => {
 const encodeUsage = (usage: { readonly inputTokens: number; readonly outputTokens: number }) => ({ input: usage.inputTokens, output: usage.outputTokens })
 const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
+const encodeForkedFrom = Schema.encodeSync(RunLog.ForkedFrom)
+const encodeWaiting = Schema.encodeSync(Approval.Waiting)
 
 /**
  * The transcript as a JSON value (`polyloop show --json`, and the run document of `polyloop
@@ -226,6 +236,9 @@ export const toJson = (transcript: Transcript): unknown => {
     budget: budget === undefined ? null : Schema.encodeSync(Snapshot.Snapshot.fields.agent.fields.budget)(budget),
     used: { steps: summary.steps, effectiveSteps: summary.effectiveSteps, tokens: summary.tokens, elapsed: summary.elapsed },
     resumes: transcript.resumes.map((resume) => ({ fromStep: resume.fromStep, at: resume.at })),
+    forkedFrom: transcript.started.forkedFrom === undefined ? null : encodeForkedFrom(transcript.started.forkedFrom),
+    approvals: transcript.approvals.map((record) => encodeRecord(record)),
+    waiting: transcript.waiting.map((waiting) => encodeWaiting(waiting)),
     steps: transcript.steps.map((step) => ({
       step: step.step,
       completed: step.completed !== undefined,
@@ -246,9 +259,5 @@ export type ExportFormat = "json" | "jsonl"
  * A run's records as the store encodes them, in sequence order: `jsonl` is one record per line;
  * `json` is one document `{ runId, records }`. Both end with a newline.
  */
-export const exportLog = (runId: RunId, log: RunLog.RunLog, format: ExportFormat): string => {
-  const records = RunLog.records(log).map((record) => RunLogStore.encodeRecord(record))
-  return format === "jsonl"
-    ? records.map((line) => `${line}\n`).join("")
-    : `${JSON.stringify({ runId, records: records.map((line) => JSON.parse(line) as unknown) }, null, 2)}\n`
-}
+export const exportLog = (_runId: RunId, log: RunLog.RunLog, format: ExportFormat): string =>
+  format === "jsonl" ? LogFile.toJsonl(log) : LogFile.toJson(log)
