@@ -11,6 +11,7 @@ import type { Budget } from "@polyloop/core/Budget"
 import type { RunId } from "@polyloop/core/Ids"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -258,9 +259,5 @@ export type ExportFormat = "json" | "jsonl"
  * A run's records as the store encodes them, in sequence order: `jsonl` is one record per line;
  * `json` is one document `{ runId, records }`. Both end with a newline.
  */
-export const exportLog = (runId: RunId, log: RunLog.RunLog, format: ExportFormat): string => {
-  const records = RunLog.records(log).map((record) => RunLogStore.encodeRecord(record))
-  return format === "jsonl"
-    ? records.map((line) => `${line}\n`).join("")
-    : `${JSON.stringify({ runId, records: records.map((line) => JSON.parse(line) as unknown) }, null, 2)}\n`
-}
+export const exportLog = (_runId: RunId, log: RunLog.RunLog, format: ExportFormat): string =>
+  format === "jsonl" ? LogFile.toJsonl(log) : LogFile.toJson(log)

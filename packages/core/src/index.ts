@@ -95,7 +95,7 @@ export * as Message from "./Message.js"
 export * as ModelClient from "./ModelClient.js"
 
 /**
- * What the model returned, exactly as logged.
+ * What the model returned, exactly as logged (design 0140): text, native tool calls, usage, the finish reason in one vocabulary across providers with the provider's own word kept, and what else a provider returns that the run must not lose (a refusal, reasoning text).
  */
 export * as ModelReply from "./ModelReply.js"
 
@@ -135,6 +135,11 @@ export * as RunLogStore from "./RunLogStore.js"
 export * as Snapshot from "./Snapshot.js"
 
 /**
+ * Statistics of finished runs (design 0170) — the table a paper's "how did runs end" paragraph needs. Runs are grouped by agent name and snapshot hash (one configuration); per group: the number of runs, the stop-reason distribution (`Completed(Tool|Environment|Answer)`, each `BudgetExhausted(<budget>)`, `EnvError`), steps / effective steps / tokens as median, p90 (nearest rank) and max, and how many runs were resumed and how often. Numbers come from each run's `RunFinished` counters (what the run itself recorded).
+ */
+export * as Stats from "./Stats.js"
+
+/**
  * Why a run stopped. A run that broke never looks like a run that ran out of budget.
  */
 export * as StopReason from "./StopReason.js"
@@ -158,3 +163,8 @@ export * as ToolContext from "./ToolContext.js"
  * The tool registry (design 0008): the tools the model may call, their JSON Schemas, pure validation of calls, narrowing, and the derived executor.
  */
 export * as ToolRegistry from "./ToolRegistry.js"
+
+/**
+ * Trajectory exports of a run log (design 0170), for tools outside polyloop:
+ */
+export * as Trajectory from "./Trajectory.js"
