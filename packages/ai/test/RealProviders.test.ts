@@ -290,3 +290,22 @@ describe("client options", () => {
     assert.deepStrictEqual(Either.getOrThrow(parsed).toolCalls.map((call) => call.id), ["call_0"])
   })
 })
+
+describe("a reply truncated at the output limit (recorded, Groq qwen3)", () => {
+  it.scopedLive("is not the run's answer: InvalidDecision with the truncated text, then the model answers again", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      yield* server.reply(Replay.reply("groq-qwen-truncated-length.json"), Replay.reply("deepseek-reasoning.json"))
+      const store = yield* RunLogStore.makeMemory
+      const id = runId("truncated")
+      const result = yield* Agent.run({ runId: id, agent, task: "What is 17 times 19?", tools: registry }).pipe(
+        Effect.provide(Layer.merge(services(server.baseUrl), Layer.succeed(RunLogStore.RunLogStore, store)))
+      )
+      assert.deepStrictEqual(result.stopReason, { _tag: "Completed", by: "Answer", answer: "There are **3** “r”s in **“strawberry”**." })
+      assert.strictEqual(result.steps, 2)
+      const log = yield* store.readLog(id)
+      assert.strictEqual(log.steps[0]!.decision._tag, "InvalidDecision")
+      const second = (yield* server.all)[1]!.body as { messages: ReadonlyArray<{ role: string; content: string | null }> }
+      assert.match(second.messages.at(-1)?.content ?? "", /cut off at the output token limit/)
+    }))
+})

@@ -241,3 +241,52 @@ describe("retry hints", () => {
       assert.strictEqual(error.code, "rate_limit_exceeded")
     }))
 })
+
+describe("every recorded Chat Completions payload", () => {
+  /** What each recorded reply must become: [text or its start, finish reason, raw word, usage]. */
+  const replies: ReadonlyArray<readonly [string, RegExp, string, string | undefined, { readonly inputTokens: number; readonly outputTokens: number }]> = [
+    ["openai-chat-text.json", /^\*\*Holiday Name:\*\* Galaxy Day/, "stop", undefined, { inputTokens: 16, outputTokens: 363 }],
+    ["deepseek-text.json", /^Introducing "Lumina Tide,"/, "stop", undefined, { inputTokens: 22, outputTokens: 93 }],
+    ["deepseek-length.json", /^sanitized$/, "length", undefined, { inputTokens: 88, outputTokens: 4 }],
+    ["groq-qwen-truncated-length.json", /Let's treat 19 as \$20$/, "length", undefined, { inputTokens: 29, outputTokens: 64 }],
+    ["groq-qwen-reasoning-truncated.json", /^$/, "length", undefined, { inputTokens: 27, outputTokens: 64 }],
+    ["mistral-small-thinking-parts.json", /^391$/, "stop", undefined, { inputTokens: 28, outputTokens: 94 }],
+    ["mistral-large-4-thinking-parts.json", /^3$/, "stop", undefined, { inputTokens: 26, outputTokens: 112 }],
+    ["moonshot-kimi-k3-usage.json", /^OK$/, "stop", undefined, { inputTokens: 90, outputTokens: 34 }],
+    ["moonshot-kimi-k3-reasoning.json", /^323$/, "stop", undefined, { inputTokens: 101, outputTokens: 32 }],
+    ["cerebras-glm-reasoning-tool-call.json", /^$/, "tool-calls", "tool_calls", { inputTokens: 322, outputTokens: 65 }],
+    ["xai-grok-text-reasoning.json", /^Grok$/, "stop", undefined, { inputTokens: 12, outputTokens: 322 }]
+  ]
+  for (const [file, text, finishReason, rawFinishReason, usage] of replies) {
+    it.scopedLive(`${file}: text, finish reason, billed usage`, () =>
+      Effect.gen(function*() {
+        const reply = yield* generated(file)
+        assert.match(reply.text, text)
+        assert.strictEqual(reply.finishReason, finishReason)
+        assert.strictEqual(reply.rawFinishReason, rawFinishReason)
+        assert.deepStrictEqual({ inputTokens: reply.usage.inputTokens, outputTokens: reply.usage.outputTokens }, usage)
+      }))
+  }
+
+  it.scopedLive("reasoning from reasoning_content, reasoning and thinking parts; cached tokens from either place", () =>
+    Effect.gen(function*() {
+      assert.match((yield* generated("mistral-small-thinking-parts.json")).reasoning ?? "", /^Okay, the user is asking for the product of 17 and 23/)
+      assert.strictEqual((yield* generated("moonshot-kimi-k3-reasoning.json")).reasoning, "17*19=323. Need final only number. Ensure no extra text.")
+      assert.match((yield* generated("cerebras-glm-reasoning-tool-call.json")).reasoning ?? "", /^The user is asking about a "magic number"/)
+      assert.match((yield* generated("groq-qwen-reasoning-truncated.json")).reasoning ?? "", /explain the method\/calculation process$/)
+      assert.strictEqual((yield* generated("moonshot-kimi-k3-usage.json")).usage.cachedInputTokens, 90)
+      assert.strictEqual((yield* generated("cerebras-glm-reasoning-tool-call.json")).usage.cachedInputTokens, 256)
+      assert.strictEqual((yield* generated("openai-chat-text.json")).refusal, undefined, "refusal: null is no refusal")
+    }))
+
+  it.scopedLive("Moonshot: model not found (404) with a type and no code; Alibaba: invalid_parameter_error with the body's request_id", () =>
+    Effect.gen(function*() {
+      const notFound = yield* failed("moonshot-model-not-found.404.json")
+      assert.isFalse(notFound.retryable)
+      assert.deepStrictEqual([notFound.status, notFound.code, notFound.type], [404, undefined, "resource_not_found_error"])
+      assertNothingLeaks(notFound, ["issue-19552-invalid-model"])
+      const qwen = yield* failed("alibaba-qwen-invalid-tool-arguments.400.json")
+      assert.deepStrictEqual([qwen.code, qwen.type, qwen.requestId], ["invalid_parameter_error", "invalid_request_error", "52a2b14b-5d4d-9063-bd5e-9286da4efbab"])
+      assertNothingLeaks(qwen, ["function.arguments"])
+    }))
+})
