@@ -341,3 +341,20 @@ describe("refusals are kept and surfaced, not an empty reply", () => {
       assert.strictEqual(reply.text, refusalText)
     }))
 })
+
+describe("the maxTokens budget counts what the provider bills", () => {
+  it.scopedLive("xAI's reasoning tokens (billed outside completion_tokens) exhaust a 500-token budget after one step (506 billed)", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      yield* server.reply(Replay.reply("xai-tool-call-reasoning.json"), Replay.reply("deepseek-reasoning.json"))
+      const store = yield* RunLogStore.makeMemory
+      const budgeted = AgentDefinition.make({ name: "forecaster", systemPrompt: "Use the weather tool.", budget: { maxSteps: 5, maxTokens: 500 } })
+      const result = yield* Agent.run({ runId: runId("billed"), agent: budgeted, task: "Weather in SF?", tools: registry }).pipe(
+        Effect.provide(Layer.merge(services(server.baseUrl), Layer.succeed(RunLogStore.RunLogStore, store)))
+      )
+      assert.deepStrictEqual(result.stopReason, { _tag: "BudgetExhausted", budget: "Tokens" })
+      assert.strictEqual(result.steps, 1)
+      assert.deepStrictEqual(result.usage, { inputTokens: 291, outputTokens: 215 })
+      assert.strictEqual((yield* server.all).length, 1)
+    }))
+})
