@@ -206,12 +206,14 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
         attempts.push({ _tag: "Unterminated", source })
         continue
       }
-      const parsed = Json.parse(text, candidate.start, candidate.end)
-      if (parsed._tag === "Ok" && Json.isObject(parsed.value)) {
-        attempts.push({ _tag: "Object", value: parsed.value, start: candidate.start, end: candidate.end })
-      }
-      else if (parsed._tag === "Error" && Json.looksLikeObject(text, candidate.start)) {
-        attempts.push({ _tag: "Malformed", problem: parsed.problem, source })
+      // Candidates are disjoint, so trying each is linear in the text; the problem of a
+      // malformed one is described only if it is the one reported (describing locates it by
+      // line from the start of the text: describing every one would be quadratic).
+      const parsed = Json.opensObject(text, candidate.start) ? Json.tryParse(text, candidate.start, candidate.end) : undefined
+      if (parsed !== undefined) {
+        if (Json.isObject(parsed.value)) attempts.push({ _tag: "Object", value: parsed.value, start: candidate.start, end: candidate.end })
+      } else if (Json.looksLikeObject(text, candidate.start)) {
+        attempts.push({ _tag: "Malformed", start: candidate.start, end: candidate.end, source })
       }
       // Otherwise: braces in prose, not an attempt at JSON.
     }
@@ -231,10 +233,13 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
         return ParsedReply.invalid(
           `Your JSON object starting with ${excerpt(attempt.source)} is not closed (a "}" is missing; was the reply cut off?). ${howTo}`
         )
-      case "Malformed":
+      case "Malformed": {
+        const parsed = Json.parse(text, attempt.start, attempt.end)
+        const problem = parsed._tag === "Error" ? parsed.problem : "it is not valid JSON"
         return ParsedReply.invalid(
-          `Your JSON object starting with ${excerpt(attempt.source)} is not valid JSON: ${attempt.problem}. ${howTo}`
+          `Your JSON object starting with ${excerpt(attempt.source)} is not valid JSON: ${problem}. ${howTo}`
         )
+      }
       case "Object":
         return interpret(attempt.value)
     }
@@ -244,7 +249,7 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
 /** A JSON object found in the text, one that does not parse, or one that is not closed. */
 type Attempt =
   | FoundObject
-  | { readonly _tag: "Malformed"; readonly problem: string; readonly source: string }
+  | { readonly _tag: "Malformed"; readonly start: number; readonly end: number; readonly source: string }
   | { readonly _tag: "Unterminated"; readonly source: string }
 
 interface FoundObject {
@@ -272,8 +277,8 @@ const arrayOf = (text: string, attempts: ReadonlyArray<Attempt>): ReadonlyArray<
   let close = objects[objects.length - 1]!.end
   while (close < text.length && isSpace(text.charCodeAt(close))) close++
   if (close >= text.length || text[close] !== "]") return undefined
-  const parsed = Json.parse(text, open, close + 1)
-  if (parsed._tag !== "Ok" || !Array.isArray(parsed.value) || parsed.value.length !== objects.length) return undefined
+  const parsed = Json.tryParse(text, open, close + 1)
+  if (parsed === undefined || !Array.isArray(parsed.value) || parsed.value.length !== objects.length) return undefined
   return objects.map((o) => o.value)
 }
 

@@ -49,6 +49,7 @@ import * as Approvals from "./internal/approvals.js"
 import { formatIssues } from "./internal/issues.js"
 import * as LogVersions from "./internal/logVersions.js"
 import * as RecordJson from "./internal/recordJson.js"
+import * as ModelReply from "./ModelReply.js"
 import { totalTokens } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
@@ -211,6 +212,14 @@ const newerVersion = (runId: RunId, index: number, version: number | undefined) 
     })
   )
 
+/** A stored `ModelReplied` whose reply may be in the pre-0140 shape (a raw finish reason): read as today's. */
+const storedReplied = (value: object): object => {
+  const reply = (value as { readonly reply?: unknown }).reply
+  if (typeof reply !== "object" || reply === null) return value
+  const read = ModelReply.fromStored(reply as { readonly finishReason?: unknown })
+  return read === reply ? value : { ...value, reply: read }
+}
+
 /**
  * Parses stored texts into raw records: each must parse to an object with a known `_tag` (else
  * `Decode`) and carry its index as `seq` (else `Corrupt`); the first must be `RunStarted`; no
@@ -240,7 +249,7 @@ const parseRecords = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect
         const version = LogVersions.versionOf(record)
         if (LogVersions.isNewer(version)) return newerVersion(runId, i, version)
       }
-      records[i] = record
+      records[i] = (tag === "ModelReplied" ? storedReplied(record) : record) as LogVersions.RawRecord
     }
     const first = records[0]
     if (first !== undefined && first._tag !== "RunStarted") return firstNotStarted(runId)

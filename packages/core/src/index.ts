@@ -95,7 +95,7 @@ export * as Message from "./Message.js"
 export * as ModelClient from "./ModelClient.js"
 
 /**
- * What the model returned, exactly as logged.
+ * What the model returned, exactly as logged (design 0140): text, native tool calls, usage, the finish reason in one vocabulary across providers with the provider's own word kept, and what else a provider returns that the run must not lose (a refusal, reasoning text).
  */
 export * as ModelReply from "./ModelReply.js"
 
@@ -123,6 +123,11 @@ export * as Replay from "./Replay.js"
  * The run log: the record kinds and the `RunLog` a store reads back (SPEC §7). History is rebuilt from the log, never stored separately. `ApprovalRequested` / `ApprovalDecided` (design 0160) are absent from logs written before approvals existed; such logs read back with `approvals` empty.
  */
 export * as RunLog from "./RunLog.js"
+
+/**
+ * Checks of a run's log beyond decoding: the rules the loop and the store keep, which a log damaged outside them (a record deleted or edited by hand, a file restored from a partial copy, a store with a bug) breaks. Used by `polyloop verify` and `polyloop runs`, and by the crash suites to check every log they leave.
+ */
+export * as RunLogAudit from "./RunLogAudit.js"
 
 /**
  * The run log store port (SPEC §7), split into the loop-facing service and a small backend that adapters implement. `make(backend)` adds record encoding, decoding and the sequence checks once, for every backend.
