@@ -30,11 +30,13 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Scope from "effect/Scope"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
+import { freshDatabaseUrl } from "./support/pg-database.js"
 import * as Scenario from "./support/viewer-scenario.js"
 
 /** The server under test. */
@@ -496,4 +498,26 @@ describe.sequential("polyloop serve: approvals and forks", () => {
         assert.deepStrictEqual(later.body.forks.map((f) => f.runId), ["fork-1", "fork-2"])
       }))
   })
+})
+
+describe.sequential("polyloop serve on PostgreSQL", () => {
+  it.live("a run written through another connection pool (as by another worker) grows live on the viewer's stream", () =>
+    Effect.gen(function*() {
+      const url = Redacted.make(yield* freshDatabaseUrl("viewer"))
+      // The writer: a store of its own on the same database, as another machine's worker would have.
+      const writer = yield* Layer.build(SqlRunLogStore.layerPg({ url }))
+      const viewer = yield* Layer.build(SqlRunLogStore.layerPg({ url, maxConnections: 2 }))
+      const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50) }).pipe(Effect.provide(viewer), Effect.provide(NodeContext.layer))
+      const reading = yield* Effect.fork(readEvents(`${bound.url}api/runs/pg-live/live`, () => false))
+      yield* Effect.sleep("300 millis")
+      yield* Scenario.run("slow", "pg-live", { stepDelay: Duration.millis(150) }).pipe(Effect.provide(writer))
+      const { events, ended } = yield* Fiber.join(reading)
+      assert.isTrue(ended)
+      const transcripts = events.filter((event) => event.event === "transcript").map((event) => JSON.parse(event.data) as TranscriptDoc)
+      const completed = transcripts.map((doc) => doc.steps.filter((step) => step.completed).length)
+      assert.isTrue(completed.some((n) => n > 0 && n < Scenario.slowSteps), `part-way documents: ${completed}`)
+      assert.strictEqual(transcripts.at(-1)!.finished?.stopReason._tag, "Completed")
+      const listed = yield* getJson(`${bound.url}api/runs`)
+      assert.deepStrictEqual(listed.body.runs.map((run) => [run.runId, run.status]), [["pg-live", "Finished"]])
+    }).pipe(Effect.scoped), { timeout: 120_000 })
 })

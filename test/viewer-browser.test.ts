@@ -297,3 +297,47 @@ describe.sequential("polyloop serve in a real browser", () => {
     await page.close()
   }, 120_000)
 })
+
+describe("polyloop serve on the command line", () => {
+  const oneLine = (stderr: string) => {
+    const lines = stderr.trimEnd().split("\n")
+    assert.strictEqual(lines.length, 1, `one line on stderr:\n${stderr}`)
+    assert.match(lines[0]!, /^polyloop: /)
+    return lines[0]!
+  }
+
+  it("fails in one line on a store that does not exist, creating nothing", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-serve-cli-"))
+    try {
+      const missing = path.join(dir, "missing.db")
+      const serve = start([launcher, "serve", "--db", missing, "--port", "0"])
+      const exit = await serve.exited
+      assert.strictEqual(exit.code, 1)
+      assert.match(oneLine(serve.stderr()), /no run store at .*missing\.db/)
+      assert.isFalse(fs.existsSync(missing))
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120_000)
+
+  it("an explicit --host is not refused as non-loopback; an address it cannot bind fails in one line", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-serve-cli-"))
+    try {
+      const db = path.join(dir, "runs.db")
+      await Effect.runPromise(Scenario.run("budget", "one").pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))))
+      // 192.0.2.1 (TEST-NET-1, RFC 5737) is on no interface of this machine: explicit, so not
+      // refused as non-loopback; listening there fails, and nothing is exposed.
+      const serve = start([launcher, "serve", "--db", db, "--host", "192.0.2.1", "--port", "0"])
+      const exit = await serve.exited
+      assert.strictEqual(exit.code, 1)
+      const line = oneLine(serve.stderr())
+      assert.match(line, /cannot listen on 192\.0\.2\.1:0/)
+      assert.notMatch(line, /refusing/)
+      const badPort = start([launcher, "serve", "--db", db, "--port", "70000"])
+      assert.strictEqual((await badPort.exited).code, 1)
+      assert.match(oneLine(badPort.stderr()), /--port must be 0 to 65535/)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 180_000)
+})

@@ -25,7 +25,7 @@ import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
 import * as Research from "./Research.js"
-import * as Serve from "./Serve.js"
+import * as ServeDefaults from "./internal/viewer/defaults.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
@@ -220,16 +220,16 @@ export const serve = Command.make(
     host: Options.text("host").pipe(
       Options.optional,
       Options.withDescription(
-        `the address to bind (default ${Serve.defaultHost}); an address that is not loopback is served only when given here explicitly`
+        `the address to bind (default ${ServeDefaults.host}); an address that is not loopback is served only when given here explicitly`
       )
     ),
-    port: Options.integer("port").pipe(Options.withDefault(Serve.defaultPort), Options.withDescription("the port (0: any free port)")),
+    port: Options.integer("port").pipe(Options.withDefault(ServeDefaults.port), Options.withDescription("the port (0: any free port)")),
     as: Options.text("as").pipe(
       Options.optional,
       Options.withDescription("who approval decisions made on the page are recorded as made by, when the page names no one (default: <user> via polyloop serve)")
     ),
     interval: Options.integer("interval").pipe(
-      Options.withDefault(Duration.toMillis(Serve.defaultInterval)),
+      Options.withDefault(Duration.toMillis(ServeDefaults.interval)),
       Options.withDescription("milliseconds between two polls of the store for live pages")
     )
   },
@@ -237,6 +237,8 @@ export const serve = Command.make(
     Effect.gen(function*() {
       if (options.port < 0 || options.port > 65535) return yield* new CliError({ message: `--port must be 0 to 65535, not ${options.port}` })
       if (options.interval < 10) return yield* new CliError({ message: `--interval must be 10 ms or more, not ${options.interval}` })
+      // Loaded here, not at start-up: the other subcommands do not pay for the HTTP server.
+      const Serve = yield* Effect.promise(() => import("./Serve.js"))
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
         port: options.port,
@@ -255,7 +257,7 @@ export const serve = Command.make(
 ).pipe(
   Command.withDescription(
     "Serve a run viewer in the browser: the runs list (filters, pages), each run's transcript updated live as any process writes it, and the JSON API under /api/. " +
-      `Binds ${Serve.defaultHost} unless --host says otherwise.`
+      `Binds ${ServeDefaults.host} unless --host says otherwise.`
   )
 )
 

@@ -48,18 +48,19 @@ import * as Transcript from "./Transcript.js"
 import * as Address from "./internal/viewer/address.js"
 import * as Assets from "./internal/viewer/assets.js"
 import * as Decisions from "./internal/viewer/decisions.js"
+import * as Defaults from "./internal/viewer/defaults.js"
 import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
 
 /** The address `serve` binds by default. */
-export const defaultHost = "127.0.0.1"
+export const defaultHost: string = Defaults.host
 
 /** The port `serve` listens on by default. */
-export const defaultPort = 7420
+export const defaultPort: number = Defaults.port
 
 /** How often live streams poll the store by default. */
-export const defaultInterval: Duration.Duration = Duration.millis(500)
+export const defaultInterval: Duration.Duration = Defaults.interval
 
 /** Why the server could not start. */
 export class ServeError extends Schema.TaggedError<ServeError>()("ServeError", {

@@ -9,6 +9,7 @@
 import * as Approval from "@polyloop/core/Approval"
 import type { Budget } from "@polyloop/core/Budget"
 import type { RunId } from "@polyloop/core/Ids"
+import type * as ModelReply from "@polyloop/core/ModelReply"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as LogFile from "@polyloop/core/LogFile"
@@ -123,6 +124,15 @@ export const statusLine = (style: Style, summary: RunLogStore.RunSummary): strin
 
 const label = (style: Style, name: string) => style.dim(name.padEnd(13))
 
+/** `120+40 tokens, 100 cached, 30 reasoning`: the billed counts, then the details the provider gave (design 0140). */
+const usageFacts = (usage: ModelReply.Usage): string =>
+  [
+    `${usage.inputTokens}+${usage.outputTokens} tokens`,
+    usage.cachedInputTokens === undefined || usage.cachedInputTokens === 0 ? undefined : `${usage.cachedInputTokens} cached`,
+    usage.cacheWriteInputTokens === undefined ? undefined : `${usage.cacheWriteInputTokens} cache write`,
+    usage.reasoningTokens === undefined || usage.reasoningTokens === 0 ? undefined : `${usage.reasoningTokens} reasoning`
+  ].filter((fact) => fact !== undefined).join(", ")
+
 const block = (style: Style, name: string, text: string): string => `  ${label(style, name)}${Format.indent(text === "" ? style.dim("(empty)") : text, 15)}`
 
 /** The transcript as text. */
@@ -152,14 +162,19 @@ export const render = (style: Style, transcript: Transcript): string => {
       lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
     }
     const usage = step.reply?.reply.usage
+    const finishReason = step.reply?.reply.finishReason
+    const rawFinishReason = step.reply?.reply.rawFinishReason
     const facts = [
       step.completed === undefined ? undefined : Format.duration(step.completed.elapsed),
-      usage === undefined ? undefined : `${usage.inputTokens}+${usage.outputTokens} tokens`
+      usage === undefined ? undefined : usageFacts(usage),
+      finishReason === undefined ? undefined : `finish ${finishReason}${rawFinishReason === undefined ? "" : ` (${rawFinishReason})`}`
     ].filter((fact) => fact !== undefined)
     lines.push("", `${style.bold(`step ${step.step}`)}  ${style.dim(facts.join(" · "))}`)
     if (step.reply !== undefined) {
       const reply = step.reply.reply
+      if (reply.reasoning !== undefined) lines.push(block(style, "reasoning", reply.reasoning))
       lines.push(block(style, "reply", reply.text))
+      if (reply.refusal !== undefined) lines.push(block(style, "refusal", reply.refusal))
       for (const call of reply.toolCalls) lines.push(block(style, "tool call", `${call.name}(${call.argumentsText}) [${call.id}]`))
     }
     if (step.completed === undefined) {

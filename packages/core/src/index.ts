@@ -95,7 +95,7 @@ export * as Message from "./Message.js"
 export * as ModelClient from "./ModelClient.js"
 
 /**
- * What the model returned, exactly as logged.
+ * What the model returned, exactly as logged (design 0140): text, native tool calls, usage, the finish reason in one vocabulary across providers with the provider's own word kept, and what else a provider returns that the run must not lose (a refusal, reasoning text).
  */
 export * as ModelReply from "./ModelReply.js"
 

@@ -34,6 +34,15 @@ const messageOf = (cause: unknown): string => {
   return String(cause)
 }
 
+/**
+ * Is this a SQLite "database is locked" failure (`SQLITE_BUSY*` or `SQLITE_LOCKED*`): another
+ * connection holds a lock this one needs?
+ */
+export const isSqliteBusy = (error: unknown): boolean => {
+  const code = codeOf(driverCause(error))
+  return code !== undefined && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))
+}
+
 /** The innermost driver error: `SqlError` wraps the driver's own error in `cause`. */
 export const driverCause = (error: unknown): unknown => {
   let current = error
