@@ -29,6 +29,7 @@ import * as ServeDefaults from "./internal/viewer/defaults.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
+import * as Verify from "./Verify.js"
 
 /** The command's version. */
 export const version = "0.1.0"
@@ -132,7 +133,22 @@ export const runs = Command.make(
       const summaries = forks === undefined
         ? listed
         : listed.filter((summary) => forks.has(summary.runId)).slice(0, Option.getOrElse(options.limit, () => listed.length))
-      if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+      // The summaries come from the store's summary rows; the logs they summarise are checked
+      // too (decoded without the record schemas: `polyloop verify` decodes in full), so that a
+      // store whose records are damaged does not list as healthy.
+      const findings = yield* Verify.cheapFindings(store, summaries)
+      const warn = Effect.gen(function*() {
+        if (findings.length === 0) return
+        for (const finding of findings) yield* Console.error(`warning: ${finding.runId}: ${finding.problem}`)
+        const runs = new Set(findings.map((f) => f.runId)).size
+        return yield* new CliError({
+          message: `${runs} run${runs === 1 ? " has" : "s have"} problems in ${Store.describe(location(options))}; see polyloop verify --all`
+        })
+      })
+      if (options.json) {
+        yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+        return yield* warn
+      }
       const style = yield* Style.detect
       if (summaries.length === 0) {
         const which = Option.match(options.status, { onNone: () => "runs", onSome: (status) => `${status} runs` })
@@ -173,8 +189,14 @@ export const runs = Command.make(
           rows
         )
       )
+      yield* warn
     }).pipe(Effect.provide(Store.layerExisting(location(options))))
-).pipe(Command.withDescription("List the runs of the store, newest first (DURATION is step time: time spent crashed does not count)."))
+).pipe(
+  Command.withDescription(
+    "List the runs of the store, newest first (DURATION is step time: time spent crashed does not count). " +
+      "Warns and exits non-zero when a listed run's records do not decode or disagree with its summary."
+  )
+)
 
 // -----------------------------------------------------------------------------
 // show
@@ -283,6 +305,7 @@ export const command = Command.make("polyloop").pipe(
     Research.fork(common),
     Research.stats(common),
     serve,
+    Verify.verify(common),
     Approvals.pending(common),
     Approvals.approve(common),
     Approvals.reject(common)

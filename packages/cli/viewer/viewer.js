@@ -254,7 +254,7 @@ const actionsOf = (decision) => (Array.isArray(decision.actions) ? decision.acti
 /** The results of a step: one per action (a step may hold several once parallel calls exist). */
 const resultsOf = (step) => (Array.isArray(step.results) ? step.results : step.result ? [step.result] : [])
 
-const renderResult = (result, step, replayPolicyOf) => {
+const renderResult = (result, step, replayPolicyOf, label) => {
   const outcome = result.outcome
   const notes = []
   if (step.settledOnResume) {
@@ -268,7 +268,7 @@ const renderResult = (result, step, replayPolicyOf) => {
   if (result.handlerFailed) notes.push("the handler failed")
   if (outcome.envReportedCompletion) notes.push("the environment reported completion")
   const parts = [
-    row("action", el("ul", { class: "actions" }, renderAction(result.action))),
+    row(label, el("ul", { class: "actions" }, renderAction(result.action))),
     row("status", el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status), notes.map((n) => el("span", { class: "note" }, n))),
     row(
       "observation",
@@ -291,7 +291,8 @@ const renderResult = (result, step, replayPolicyOf) => {
 
 const renderStep = (step, context) => {
   const results = resultsOf(step)
-  const statusClass = !step.completed ? "s-pending" : results.length === 0 ? "s-none" : `s-${results[results.length - 1].outcome.status}`
+  const worst = ["EnvError", "NotExecuted", "Executed"].find((status) => results.some((r) => r.outcome.status === status))
+  const statusClass = !step.completed ? "s-pending" : worst === undefined ? "s-none" : `s-${worst}`
   const facts = []
   if (step.tokens) facts.push(`${step.tokens.input + step.tokens.output} tokens (${step.tokens.input} in, ${step.tokens.output} out)`)
   if (step.completion) facts.push(duration(step.completion.elapsed))
@@ -344,7 +345,11 @@ const renderStep = (step, context) => {
   }
   const decision = step.completion.decision
   if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
-  if (results.length > 0) for (const result of results) node.append(...renderResult(result, step, context.replayPolicyOf))
+  // A reply may call several tools (one result each, in call order): each is labelled "action i of n".
+  const called = decision._tag === "Act" ? Math.max(actionsOf(decision).length, results.length) : results.length
+  if (results.length > 0) {
+    results.forEach((result, i) => node.append(...renderResult(result, step, context.replayPolicyOf, called > 1 ? `action ${i + 1} of ${called}` : "action")))
+  }
   else if (decision._tag === "Act") node.append(row(actionsOf(decision).length > 1 ? "actions" : "action", el("ul", { class: "actions" }, actionsOf(decision).map(renderAction))))
   return node
 }

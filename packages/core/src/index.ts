@@ -125,6 +125,11 @@ export * as Replay from "./Replay.js"
 export * as RunLog from "./RunLog.js"
 
 /**
+ * Checks of a run's log beyond decoding: the rules the loop and the store keep, which a log damaged outside them (a record deleted or edited by hand, a file restored from a partial copy, a store with a bug) breaks. Used by `polyloop verify` and `polyloop runs`, and by the crash suites to check every log they leave.
+ */
+export * as RunLogAudit from "./RunLogAudit.js"
+
+/**
  * The run log store port (SPEC §7), split into the loop-facing service and a small backend that adapters implement. `make(backend)` adds record encoding, decoding and the sequence checks once, for every backend.
  */
 export * as RunLogStore from "./RunLogStore.js"
