@@ -480,6 +480,18 @@ describe.sequential("polyloop serve: approvals and forks", () => {
         assert.deepStrictEqual(listed.runs, [], "a run with every call decided waits for nothing (it goes on when run again)")
       }))
 
+    it.effect("shows where a run was resumed", () =>
+      Effect.gen(function*() {
+        const { url } = yield* Decider
+        yield* Effect.flip(Scenario.run("hostile", "resumed-1", { failFromStep: 1 }))
+        const stopped = (yield* getRun(`${url}api/runs/resumed-1`)).body
+        assert.deepStrictEqual([stopped.steps.length, stopped.finished, stopped.resumes], [1, null, []])
+        yield* Scenario.run("hostile", "resumed-1")
+        const { body } = yield* getRun(`${url}api/runs/resumed-1`)
+        assert.deepStrictEqual((body.resumes as ReadonlyArray<{ readonly fromStep: number }>).map((r) => r.fromStep), [1])
+        assert.deepStrictEqual([body.steps.length, body.finished?.stopReason._tag], [3, "Completed"])
+      }))
+
     it.effect("shows a fork's parent, and a run's forks", () =>
       Effect.gen(function*() {
         const { url } = yield* Decider

@@ -6,7 +6,8 @@
  *
  * What the Messages API needs is done by the adapter and the provider: polyloop's tool calls
  * become `tool_use` blocks and each `Tool` message a `tool_result` block answering its
- * `tool_use_id`; `stop_reason` is normalised (`end_turn` → `stop`, `max_tokens` → `length`,
+ * `tool_use_id`, its content the observation text as it is (`@effect/ai-anthropic` JSON-encodes
+ * it; the request is corrected before it leaves); `stop_reason` is normalised (`end_turn` → `stop`, `max_tokens` → `length`,
  * `tool_use` → `tool-calls`, `refusal` → `content-filter`); thinking blocks are kept as the
  * reply's reasoning; the usage counts cache reads and writes as input (Anthropic reports them
  * outside `input_tokens`). `overloaded_error` (529) and 429 are retryable, with the
@@ -31,6 +32,7 @@ import type * as Redacted from "effect/Redacted"
 import { ModelError } from "@polyloop/core/Errors"
 import type { ModelClient } from "@polyloop/core/ModelClient"
 import * as AiModelClient from "./AiModelClient.js"
+import * as ToolResults from "./internal/toolResults.js"
 import * as OpenAiCompatible from "./OpenAiCompatible.js"
 
 /** Anthropic's API root. */
@@ -83,7 +85,11 @@ export const layer = (options: Options): Layer.Layer<ModelClient, never, HttpCli
     timeout: options.timeout ?? OpenAiCompatible.defaultTimeout
   }).pipe(
     Layer.provide(AnthropicLanguageModel.layer({ model: options.model })),
-    Layer.provide(AnthropicClient.layer({ apiKey: options.apiKey, apiUrl: options.baseUrl ?? defaultBaseUrl }))
+    Layer.provide(AnthropicClient.layer({
+      apiKey: options.apiKey,
+      apiUrl: options.baseUrl ?? defaultBaseUrl,
+      transformClient: ToolResults.fixingBodies(ToolResults.unwrapMessagesBody)
+    }))
   )
 
 /** The `ModelClient` layer configured from `Config` (by default the `POLYLOOP_*` variables). */

@@ -17,8 +17,7 @@
  */
 import * as OpenAiClient from "@effect/ai-openai/OpenAiClient"
 import * as OpenAiLanguageModel from "@effect/ai-openai/OpenAiLanguageModel"
-import * as HttpClient from "@effect/platform/HttpClient"
-import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import type * as HttpClient from "@effect/platform/HttpClient"
 import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
 import type * as Duration from "effect/Duration"
@@ -26,10 +25,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
-import * as Schema from "effect/Schema"
 import { ModelError } from "@polyloop/core/Errors"
 import type { ModelClient } from "@polyloop/core/ModelClient"
 import * as AiModelClient from "./AiModelClient.js"
+import * as ToolResults from "./internal/toolResults.js"
 import * as OpenAiCompatible from "./OpenAiCompatible.js"
 
 /** How to reach OpenAI (or a server that serves its Responses API). */
@@ -78,40 +77,12 @@ export const applySettings: AiModelClient.ApplySettings = (effect, settings) => 
   })
 }
 
-const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
-
-const decodeJsonString = Schema.decodeUnknownOption(Schema.parseJson(Schema.String))
-
 /**
  * A Responses request body with each `function_call_output`'s `output` decoded once when it is a
  * JSON-encoded string (what `@effect/ai-openai` sends for a string result): the observation text
  * as it is. Anything else is left as it is.
  */
-export const unwrapToolOutputs = (body: unknown): unknown => {
-  if (!isRecord(body) || !Array.isArray(body.input)) return body
-  return {
-    ...body,
-    input: body.input.map((item: unknown) =>
-      isRecord(item) && item.type === "function_call_output" && typeof item.output === "string"
-        ? { ...item, output: Option.getOrElse(decodeJsonString(item.output), () => item.output) }
-        : item
-    )
-  }
-}
-
-const decodeJsonBody = Schema.decodeUnknownOption(Schema.parseJson())
-
-/** Applies `unwrapToolOutputs` to a request's JSON body. */
-const fixToolOutputs = (client: HttpClient.HttpClient): HttpClient.HttpClient =>
-  HttpClient.mapRequest(client, (request) => {
-    const body = request.body
-    if (body._tag !== "Uint8Array" || !body.contentType.startsWith("application/json")) return request
-    return Option.match(decodeJsonBody(new TextDecoder().decode(body.body)), {
-      onNone: () => request,
-      onSome: (json) => HttpClientRequest.bodyUnsafeJson(request, unwrapToolOutputs(json))
-    })
-  })
+export const unwrapToolOutputs: (body: unknown) => unknown = ToolResults.unwrapResponsesBody
 
 /** The `ModelClient` layer; needs an `HttpClient` (e.g. `NodeHttpClient.layerUndici`). */
 export const layer = (options: Options): Layer.Layer<ModelClient, never, HttpClient.HttpClient> =>
@@ -120,7 +91,7 @@ export const layer = (options: Options): Layer.Layer<ModelClient, never, HttpCli
     Layer.provide(OpenAiClient.layer({
       apiKey: options.apiKey,
       apiUrl: options.baseUrl ?? OpenAiCompatible.defaultBaseUrl,
-      transformClient: fixToolOutputs
+      transformClient: ToolResults.fixingBodies(ToolResults.unwrapResponsesBody)
     }))
   )
 

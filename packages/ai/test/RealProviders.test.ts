@@ -309,3 +309,52 @@ describe("a reply truncated at the output limit (recorded, Groq qwen3)", () => {
       assert.match(second.messages.at(-1)?.content ?? "", /cut off at the output token limit/)
     }))
 })
+
+describe("refusals are kept and surfaced, not an empty reply", () => {
+  const refusalText = "I'm sorry, but I can't help with that request."
+
+  it("Chat Completions message.refusal: the reply's refusal, and its text when there is no other", () => {
+    // The recorded OpenAI reply, its content replaced by a refusal as the API sends one.
+    const recorded = Replay.json("openai-chat-text.json") as { choices: Array<{ message: Record<string, unknown> }> }
+    recorded.choices[0]!.message = { role: "assistant", content: null, refusal: refusalText, annotations: [] }
+    const reply = Either.getOrThrow(OpenAiCompatible.parseCompletion(JSON.stringify(recorded), "endpoint"))
+    assert.strictEqual(reply.refusal, refusalText)
+    assert.strictEqual(reply.text, refusalText)
+  })
+
+  it.scopedLive("Responses API refusal part: the reply's refusal and text (a run ends with it, not with a no-action nudge)", () =>
+    Effect.gen(function*() {
+      // The recorded Responses reply, its output replaced by a message whose content is a refusal part.
+      const recorded = Replay.json("openai-responses-function-call.json") as Record<string, unknown>
+      const body = {
+        ...recorded,
+        tool_choice: "auto",
+        output: [{ id: "msg_1", type: "message", role: "assistant", status: "completed", content: [{ type: "refusal", refusal: refusalText }] }]
+      }
+      const server = yield* FakeServer.make
+      yield* server.reply(FakeServer.json(body))
+      const client = yield* clientOf(
+        OpenAiResponses.layer({ model: "o3", baseUrl: server.baseUrl, apiKey: Redacted.make("sk-test") }).pipe(Layer.provide(NodeHttpClient.layerUndici))
+      )
+      const reply = yield* Effect.orDie(client.generate({ messages: [{ _tag: "User", text: "do the bad thing" }], tools: [], settings: {} }))
+      assert.strictEqual(reply.refusal, refusalText)
+      assert.strictEqual(reply.text, refusalText)
+    }))
+})
+
+describe("the maxTokens budget counts what the provider bills", () => {
+  it.scopedLive("xAI's reasoning tokens (billed outside completion_tokens) exhaust a 500-token budget after one step (506 billed)", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      yield* server.reply(Replay.reply("xai-tool-call-reasoning.json"), Replay.reply("deepseek-reasoning.json"))
+      const store = yield* RunLogStore.makeMemory
+      const budgeted = AgentDefinition.make({ name: "forecaster", systemPrompt: "Use the weather tool.", budget: { maxSteps: 5, maxTokens: 500 } })
+      const result = yield* Agent.run({ runId: runId("billed"), agent: budgeted, task: "Weather in SF?", tools: registry }).pipe(
+        Effect.provide(Layer.merge(services(server.baseUrl), Layer.succeed(RunLogStore.RunLogStore, store)))
+      )
+      assert.deepStrictEqual(result.stopReason, { _tag: "BudgetExhausted", budget: "Tokens" })
+      assert.strictEqual(result.steps, 1)
+      assert.deepStrictEqual(result.usage, { inputTokens: 291, outputTokens: 215 })
+      assert.strictEqual((yield* server.all).length, 1)
+    }))
+})
