@@ -7,21 +7,15 @@
  * server's tools, and the real-model example without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { type Result, spawnNode } from "./support/cli-process.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 const tsxCli = createRequire(import.meta.url).resolve("tsx/cli")
-
-interface Result {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
 
 const cleanEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = { ...process.env }
@@ -29,27 +23,12 @@ const cleanEnv = (): NodeJS.ProcessEnv => {
   return env
 }
 
-/** `node <argv>` from `cwd`, with a clean environment. */
-const node = (argv: ReadonlyArray<string>, options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}): Promise<Result> =>
-  new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, argv, {
-      cwd: options.cwd ?? root,
-      env: { ...cleanEnv(), ...options.env },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-  })
-
 /** `npx tsx examples/<file> [args]` from `cwd`. */
 const example = (
   file: string,
   options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv; readonly args?: ReadonlyArray<string> } = {}
-): Promise<Result> => node([tsxCli, path.join(root, "examples", file), ...(options.args ?? [])], options)
+): Promise<Result> =>
+  spawnNode([tsxCli, path.join(root, "examples", file), ...(options.args ?? [])], { cwd: options.cwd ?? root, env: { ...cleanEnv(), ...options.env } })
 
 const occurrences = (text: string, part: string): number => text.split(part).length - 1
 
@@ -127,7 +106,7 @@ describe("examples", () => {
   it("approval.ts: the refund suspends, polyloop approve decides in another process, the next run resumes and refunds once; a rejection is told to the model", async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-approval-"))
     const launcher = path.join(root, "packages", "cli", "bin", "polyloop.js")
-    const polyloop = (args: ReadonlyArray<string>) => node([launcher, ...args], { cwd: dir })
+    const polyloop = (args: ReadonlyArray<string>) => spawnNode([launcher, ...args], { cwd: dir, env: cleanEnv() })
     try {
       const first = await example("approval.ts", { cwd: dir })
       assert.strictEqual(first.code, 0, first.stderr)

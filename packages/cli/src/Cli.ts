@@ -10,7 +10,6 @@
 import * as Args from "@effect/cli/Args"
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
-import * as FileSystem from "@effect/platform/FileSystem"
 import { RunId } from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -20,14 +19,17 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import { userInfo } from "node:os"
 import { CliError } from "./CliError.js"
 import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
-import * as Serve from "./Serve.js"
+import * as Research from "./Research.js"
+import * as ServeDefaults from "./internal/viewer/defaults.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
+import * as Verify from "./Verify.js"
 
 /** The command's version. */
 export const version = "0.1.0"
@@ -114,7 +116,8 @@ export const runs = Command.make(
     status: Options.choice("status", ["finished", "unfinished", "suspended"]).pipe(
       Options.optional,
       Options.withDescription("only finished, unfinished, or suspended runs (unfinished and waiting for a decision: see polyloop pending)")
-    )
+    ),
+    forksOf: Options.text("forks-of").pipe(Options.optional, Options.withDescription("only the runs forked from this run (polyloop fork)"))
   },
   (options) =>
     Effect.gen(function*() {
@@ -122,11 +125,30 @@ export const runs = Command.make(
         return yield* new CliError({ message: `--limit must be 0 or more, not ${options.limit.value}` })
       }
       const store = yield* RunLogStore.RunLogStore
-      const summaries = yield* store.listRuns({
-        ...(Option.isSome(options.limit) ? { limit: options.limit.value } : {}),
+      const listed = yield* store.listRuns({
+        ...(Option.isSome(options.limit) && Option.isNone(options.forksOf) ? { limit: options.limit.value } : {}),
         ...(Option.isSome(options.status) ? { status: statusOf[options.status.value] } : {})
       })
-      if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+      const forks = Option.isSome(options.forksOf) ? yield* Research.forksOf(options.forksOf.value) : undefined
+      const summaries = forks === undefined
+        ? listed
+        : listed.filter((summary) => forks.has(summary.runId)).slice(0, Option.getOrElse(options.limit, () => listed.length))
+      // The summaries come from the store's summary rows; the logs they summarise are checked
+      // too (decoded without the record schemas: `polyloop verify` decodes in full), so that a
+      // store whose records are damaged does not list as healthy.
+      const findings = yield* Verify.cheapFindings(store, summaries)
+      const warn = Effect.gen(function*() {
+        if (findings.length === 0) return
+        for (const finding of findings) yield* Console.error(`warning: ${finding.runId}: ${finding.problem}`)
+        const runs = new Set(findings.map((f) => f.runId)).size
+        return yield* new CliError({
+          message: `${runs} run${runs === 1 ? " has" : "s have"} problems in ${Store.describe(location(options))}; see polyloop verify --all`
+        })
+      })
+      if (options.json) {
+        yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+        return yield* warn
+      }
       const style = yield* Style.detect
       if (summaries.length === 0) {
         const which = Option.match(options.status, { onNone: () => "runs", onSome: (status) => `${status} runs` })
@@ -167,8 +189,14 @@ export const runs = Command.make(
           rows
         )
       )
+      yield* warn
     }).pipe(Effect.provide(Store.layerExisting(location(options))))
-).pipe(Command.withDescription("List the runs of the store, newest first (DURATION is step time: time spent crashed does not count)."))
+).pipe(
+  Command.withDescription(
+    "List the runs of the store, newest first (DURATION is step time: time spent crashed does not count). " +
+      "Warns and exits non-zero when a listed run's records do not decode or disagree with its summary."
+  )
+)
 
 // -----------------------------------------------------------------------------
 // show
@@ -193,42 +221,17 @@ export const show = Command.make(
 )
 
 // -----------------------------------------------------------------------------
-// export
-// -----------------------------------------------------------------------------
-
-/** `polyloop export <runId>`. */
-export const exportRun = Command.make(
-  "export",
-  {
-    db,
-    pg,
-    runId: runIdArg,
-    format: Options.choice("format", ["json", "jsonl"]).pipe(Options.withDefault("jsonl" as const), Options.withDescription("json: one document; jsonl: one record per line")),
-    out: Options.file("out").pipe(Options.optional, Options.withDescription("write to this file instead of standard output"))
-  },
-  (options) =>
-    Effect.gen(function*() {
-      const runId = yield* decodeRunId(options.runId)
-      const store = yield* RunLogStore.RunLogStore
-      // Exported records are checked against their schemas, not only trusted (see RunLogStore).
-      const log = yield* store.readLog(runId, { verify: true })
-      if (Option.isNone(log.started)) {
-        return yield* new CliError({ message: `no run with id ${JSON.stringify(runId)} in the store` })
-      }
-      const text = Transcript.exportLog(runId, log, options.format)
-      if (Option.isNone(options.out)) return yield* Effect.sync(() => process.stdout.write(text))
-      const fs = yield* FileSystem.FileSystem
-      const target = options.out.value
-      yield* fs.writeFileString(target, text).pipe(
-        Effect.mapError((error) => new CliError({ message: `cannot write ${target}: ${error.message}` }))
-      )
-      yield* Console.error(`wrote ${text.length} characters (${options.format}) to ${target}`)
-    }).pipe(Effect.provide(Store.layerExisting(location(options))))
-).pipe(Command.withDescription("Write a run's records (as the store encodes them) as JSON or JSON lines, to standard output or --out."))
-
-// -----------------------------------------------------------------------------
 // serve
 // -----------------------------------------------------------------------------
+
+/** The name of the user running the command ("someone" when the system cannot tell). */
+const userName = (): string => {
+  try {
+    return userInfo().username
+  } catch {
+    return "someone"
+  }
+}
 
 /** `polyloop serve`. */
 export const serve = Command.make(
@@ -239,12 +242,16 @@ export const serve = Command.make(
     host: Options.text("host").pipe(
       Options.optional,
       Options.withDescription(
-        `the address to bind (default ${Serve.defaultHost}); an address that is not loopback is served only when given here explicitly`
+        `the address to bind (default ${ServeDefaults.host}); an address that is not loopback is served only when given here explicitly`
       )
     ),
-    port: Options.integer("port").pipe(Options.withDefault(Serve.defaultPort), Options.withDescription("the port (0: any free port)")),
+    port: Options.integer("port").pipe(Options.withDefault(ServeDefaults.port), Options.withDescription("the port (0: any free port)")),
+    as: Options.text("as").pipe(
+      Options.optional,
+      Options.withDescription("who approval decisions made on the page are recorded as made by, when the page names no one (default: <user> via polyloop serve)")
+    ),
     interval: Options.integer("interval").pipe(
-      Options.withDefault(Duration.toMillis(Serve.defaultInterval)),
+      Options.withDefault(Duration.toMillis(ServeDefaults.interval)),
       Options.withDescription("milliseconds between two polls of the store for live pages")
     )
   },
@@ -252,10 +259,13 @@ export const serve = Command.make(
     Effect.gen(function*() {
       if (options.port < 0 || options.port > 65535) return yield* new CliError({ message: `--port must be 0 to 65535, not ${options.port}` })
       if (options.interval < 10) return yield* new CliError({ message: `--interval must be 10 ms or more, not ${options.interval}` })
+      // Loaded here, not at start-up: the other subcommands do not pay for the HTTP server.
+      const Serve = yield* Effect.promise(() => import("./Serve.js"))
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
         port: options.port,
-        interval: Duration.millis(options.interval)
+        interval: Duration.millis(options.interval),
+        decider: Option.getOrElse(options.as, () => `${userName()} via polyloop serve`)
       })
       if (!bound.loopback) {
         yield* Console.error(
@@ -269,7 +279,7 @@ export const serve = Command.make(
 ).pipe(
   Command.withDescription(
     "Serve a run viewer in the browser: the runs list (filters, pages), each run's transcript updated live as any process writes it, and the JSON API under /api/. " +
-      `Binds ${Serve.defaultHost} unless --host says otherwise.`
+      `Binds ${ServeDefaults.host} unless --host says otherwise.`
   )
 )
 
@@ -289,8 +299,13 @@ export const command = Command.make("polyloop").pipe(
     demo,
     runs,
     show,
-    exportRun,
+    Research.exportRuns(common),
+    Research.importLogs(common),
+    Research.replay(common),
+    Research.fork(common),
+    Research.stats(common),
     serve,
+    Verify.verify(common),
     Approvals.pending(common),
     Approvals.approve(common),
     Approvals.reject(common)

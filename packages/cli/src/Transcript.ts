@@ -6,10 +6,13 @@
  *
  * @since 0.1.0
  */
+import * as Approval from "@polyloop/core/Approval"
 import type { Budget } from "@polyloop/core/Budget"
 import type { RunId } from "@polyloop/core/Ids"
+import type * as ModelReply from "@polyloop/core/ModelReply"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -20,15 +23,23 @@ import { CliError } from "./CliError.js"
 import * as Format from "./Format.js"
 import type { Style } from "./Style.js"
 
-/** One step as the log holds it. A step whose reply is logged but that never completed has no `completed`. */
+/**
+ * One step as the log holds it: its results in call order (several when the reply called several
+ * tools, design 0150). A step whose reply is logged but that never completed has no `completed`
+ * (and the results of the calls that finished before it stopped).
+ */
 export interface Step {
   readonly step: number
   readonly reply: RunLog.ModelReplied | undefined
-  readonly result: RunLog.ActionResulted | undefined
+  readonly results: ReadonlyArray<RunLog.ActionResulted>
   readonly completed: RunLog.StepCompleted | undefined
   /** The step's reply was logged before a crash and the step was completed by a resume. */
   readonly settledOnResume: boolean
 }
+
+/** Was this result written by a resume of its step (a resume between the step's reply and the result)? */
+const settledByResume = (resumes: ReadonlyArray<RunLog.RunResumed>, reply: RunLog.ModelReplied | undefined, seq: number): boolean =>
+  reply !== undefined && resumes.some((resume) => resume.seq > reply.seq && resume.seq < seq)
 
 /** A run's transcript. */
 export interface Transcript {
@@ -39,6 +50,10 @@ export interface Transcript {
   readonly snapshot: Option.Option<Snapshot.Snapshot>
   readonly steps: ReadonlyArray<Step>
   readonly resumes: ReadonlyArray<RunLog.RunResumed>
+  /** Approval requests and decisions, in write order (design 0160). */
+  readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
+  /** The calls waiting for a person's decision (a suspended run). */
+  readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
 }
 
@@ -48,7 +63,7 @@ const decodeSnapshot = Schema.decodeUnknownOption(Snapshot.Snapshot)
 export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
   Option.flatMap(log.started, (started) =>
     Option.map(RunLogStore.summarize(log), (summary) => {
-      const byStep = new Map<number, { reply?: RunLog.ModelReplied; result?: RunLog.ActionResulted; completed?: RunLog.StepCompleted }>()
+      const byStep = new Map<number, { reply?: RunLog.ModelReplied; results?: Array<RunLog.ActionResulted>; completed?: RunLog.StepCompleted }>()
       const entry = (step: number) => {
         let found = byStep.get(step)
         if (found === undefined) {
@@ -58,25 +73,30 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         return found
       }
       for (const reply of log.replies) entry(reply.step).reply = reply
-      for (const result of log.results) entry(result.step).result = result
+      for (const result of log.results) {
+        const found = entry(result.step)
+        if (found.results === undefined) found.results = [result]
+        else found.results.push(result)
+      }
       for (const completed of log.steps) entry(completed.step).completed = completed
       const steps = [...byStep.entries()]
         .sort(([a], [b]) => a - b)
         .map(([step, found]): Step => ({
           step,
           reply: found.reply,
-          result: found.result,
+          results: found.results ?? [],
           completed: found.completed,
-          settledOnResume: found.reply !== undefined && found.completed !== undefined &&
-            log.resumes.some((resume) => resume.seq > found.reply!.seq && resume.seq < found.completed!.seq)
+          settledOnResume: found.completed !== undefined && settledByResume(log.resumes, found.reply, found.completed.seq)
         }))
       return {
         runId: started.runId,
         started,
         summary,
-        snapshot: decodeSnapshot(started.snapshot),
+        snapshot: decodeSnapshot(Snapshot.upgrade(started.snapshot)),
         steps,
         resumes: log.resumes,
+        approvals: log.approvals,
+        waiting: Approval.waiting(log),
         finished: log.finished
       }
     }))
@@ -115,6 +135,15 @@ export const statusLine = (style: Style, summary: RunLogStore.RunSummary): strin
 
 const label = (style: Style, name: string) => style.dim(name.padEnd(13))
 
+/** `120+40 tokens, 100 cached, 30 reasoning`: the billed counts, then the details the provider gave (design 0140). */
+const usageFacts = (usage: ModelReply.Usage): string =>
+  [
+    `${usage.inputTokens}+${usage.outputTokens} tokens`,
+    usage.cachedInputTokens === undefined || usage.cachedInputTokens === 0 ? undefined : `${usage.cachedInputTokens} cached`,
+    usage.cacheWriteInputTokens === undefined ? undefined : `${usage.cacheWriteInputTokens} cache write`,
+    usage.reasoningTokens === undefined || usage.reasoningTokens === 0 ? undefined : `${usage.reasoningTokens} reasoning`
+  ].filter((fact) => fact !== undefined).join(", ")
+
 const block = (style: Style, name: string, text: string): string => `  ${label(style, name)}${Format.indent(text === "" ? style.dim("(empty)") : text, 15)}`
 
 /** The transcript as text. */
@@ -128,6 +157,11 @@ export const render = (style: Style, transcript: Transcript): string => {
   lines.push(`  ${label(style, "started")}${Format.time(started.startedAt)}${transcript.resumes.length > 0 ? `, resumed ${transcript.resumes.length}×` : ""}`)
   Option.map(transcript.snapshot, (snapshot) => lines.push(`  ${label(style, "parser")}${snapshot.parser}`))
   lines.push(`  ${label(style, "snapshot")}sha256 ${started.snapshotHash.slice(0, 16)}…`)
+  if (started.forkedFrom !== undefined) {
+    const parent = started.forkedFrom
+    const changed = parent.differences.length === 0 ? "same configuration" : `changed: ${parent.differences.map((d) => d.path).join(", ")}`
+    lines.push(`  ${label(style, "forked from")}${style.bold(parent.runId)} at step ${parent.step} (${changed})`)
+  }
   lines.push(`  ${label(style, "budget used")}${Format.budgetUsed({ ...summary, elapsed: summary.elapsed }, budget)}`)
   if (Option.isSome(answer)) lines.push(`  ${label(style, "answer")}${Format.indent(answer.value, 15)}`)
   Option.map(Option.flatMap(summary.stopReason, (r) => (r._tag === "EnvError" ? Option.some(r.message) : Option.none())), (message) =>
@@ -139,28 +173,29 @@ export const render = (style: Style, transcript: Transcript): string => {
       lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
     }
     const usage = step.reply?.reply.usage
+    const finishReason = step.reply?.reply.finishReason
+    const rawFinishReason = step.reply?.reply.rawFinishReason
     const facts = [
       step.completed === undefined ? undefined : Format.duration(step.completed.elapsed),
-      usage === undefined ? undefined : `${usage.inputTokens}+${usage.outputTokens} tokens`
+      usage === undefined ? undefined : usageFacts(usage),
+      finishReason === undefined ? undefined : `finish ${finishReason}${rawFinishReason === undefined ? "" : ` (${rawFinishReason})`}`
     ].filter((fact) => fact !== undefined)
     lines.push("", `${style.bold(`step ${step.step}`)}  ${style.dim(facts.join(" · "))}`)
     if (step.reply !== undefined) {
       const reply = step.reply.reply
+      if (reply.reasoning !== undefined) lines.push(block(style, "reasoning", reply.reasoning))
       lines.push(block(style, "reply", reply.text))
+      if (reply.refusal !== undefined) lines.push(block(style, "refusal", reply.refusal))
       for (const call of reply.toolCalls) lines.push(block(style, "tool call", `${call.name}(${call.argumentsText}) [${call.id}]`))
     }
-    if (step.completed === undefined) {
-      lines.push(`  ${style.yellow("interrupted: the reply is logged but the step did not complete (the process stopped mid-step)")}`)
-      continue
-    }
-    const decision = step.completed.decision
-    if (decision._tag !== "Act") lines.push(block(style, "decision", Format.decision(decision, 10_000)))
-    const result = step.result
-    if (result !== undefined) {
+    const decision = step.completed?.decision
+    if (decision !== undefined && decision._tag !== "Act") lines.push(block(style, "decision", Format.decision(decision, 10_000)))
+    const several = step.results.length > 1 || (decision?._tag === "Act" && decision.actions.length > 1)
+    step.results.forEach((result, i) => {
       const outcome = result.outcome
-      lines.push(block(style, "action", Format.action(result.action, 10_000)))
+      lines.push(block(style, several ? `action ${i + 1}` : "action", Format.action(result.action, 10_000)))
       const notes: Array<string> = []
-      if (step.settledOnResume) {
+      if (settledByResume(transcript.resumes, step.reply, result.seq)) {
         const policy = result.action._tag === "ToolCall" ? replayPolicyOf(transcript, result.action.name) : undefined
         notes.push(
           outcome.observationIsSynthetic && result.executorObservation === ""
@@ -184,8 +219,14 @@ export const render = (style: Style, transcript: Transcript): string => {
           )
         )
       }
-    } else if (decision._tag === "Act") {
-      lines.push(block(style, "action", Format.action(decision.action, 10_000)))
+    })
+    if (step.completed === undefined) {
+      const finished = step.results.length === 0 ? "" : ` (${step.results.length} of its calls finished and are recorded)`
+      lines.push(`  ${style.yellow(`interrupted: the reply is logged but the step did not complete (the process stopped mid-step)${finished}`)}`)
+      continue
+    }
+    if (step.results.length === 0 && decision?._tag === "Act") {
+      decision.actions.forEach((action, i) => lines.push(block(style, several ? `action ${i + 1}` : "action", Format.action(action, 10_000))))
     }
   }
   for (const resume of transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))) {
@@ -206,6 +247,8 @@ export const render = (style: Style, transcript: Transcript): string => {
 const encodeUsage = (usage: { readonly inputTokens: number; readonly outputTokens: number }) => ({ input: usage.inputTokens, output: usage.outputTokens })
 const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
+const encodeForkedFrom = Schema.encodeSync(RunLog.ForkedFrom)
+const encodeWaiting = Schema.encodeSync(Approval.Waiting)
 
 /**
  * The transcript as a JSON value (`polyloop show --json`, and the run document of `polyloop
@@ -226,12 +269,18 @@ export const toJson = (transcript: Transcript): unknown => {
     budget: budget === undefined ? null : Schema.encodeSync(Snapshot.Snapshot.fields.agent.fields.budget)(budget),
     used: { steps: summary.steps, effectiveSteps: summary.effectiveSteps, tokens: summary.tokens, elapsed: summary.elapsed },
     resumes: transcript.resumes.map((resume) => ({ fromStep: resume.fromStep, at: resume.at })),
+    forkedFrom: transcript.started.forkedFrom === undefined ? null : encodeForkedFrom(transcript.started.forkedFrom),
+    approvals: transcript.approvals.map((record) => encodeRecord(record)),
+    waiting: transcript.waiting.map((waiting) => encodeWaiting(waiting)),
     steps: transcript.steps.map((step) => ({
       step: step.step,
       completed: step.completed !== undefined,
       settledOnResume: step.settledOnResume,
       reply: step.reply === undefined ? null : encodeRecord(step.reply),
-      result: step.result === undefined ? null : encodeRecord(step.result),
+      /** The step's results in call order. */
+      results: step.results.map((result) => encodeRecord(result)),
+      /** The first result (the only one of a one-action step), for readers of the shape before design 0150. */
+      result: step.results.length === 0 ? null : encodeRecord(step.results[0]!),
       completion: step.completed === undefined ? null : encodeRecord(step.completed),
       tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage)
     })),
@@ -246,9 +295,5 @@ export type ExportFormat = "json" | "jsonl"
  * A run's records as the store encodes them, in sequence order: `jsonl` is one record per line;
  * `json` is one document `{ runId, records }`. Both end with a newline.
  */
-export const exportLog = (runId: RunId, log: RunLog.RunLog, format: ExportFormat): string => {
-  const records = RunLog.records(log).map((record) => RunLogStore.encodeRecord(record))
-  return format === "jsonl"
-    ? records.map((line) => `${line}\n`).join("")
-    : `${JSON.stringify({ runId, records: records.map((line) => JSON.parse(line) as unknown) }, null, 2)}\n`
-}
+export const exportLog = (_runId: RunId, log: RunLog.RunLog, format: ExportFormat): string =>
+  format === "jsonl" ? LogFile.toJsonl(log) : LogFile.toJson(log)

@@ -48,3 +48,8 @@ export * as Style from "./Style.js"
  * The transcript of a run, read back from its log (what `polyloop show` prints): each step's reply, decision, action, status, the observation that entered history (marked when synthetic) and, for audit, the executor's own text; the resumes where they happened; the budget and what was used of it. Also the export of a run's records as JSON or JSON lines.
  */
 export * as Transcript from "./Transcript.js"
+
+/**
+ * `polyloop verify [RUN | --all]`: reads runs' logs in full — every record decoded with its schema — and checks them: sequence numbers without gap or duplicate, the first record a `RunStarted`, every result with its step and every step with its result (atomicity), steps in order, nothing after `RunFinished`, and the store's summary of the run against its log (`RunLogAudit`). Prints one line per problem (`<run>: <problem>`) and exits non-zero when there is any; prints how many runs were verified when there is none.
+ */
+export * as Verify from "./Verify.js"
