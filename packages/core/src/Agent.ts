@@ -41,6 +41,7 @@ import * as History from "./internal/history.js"
 import * as State from "./internal/state.js"
 import * as Tracing from "./internal/tracing.js"
 import * as Truncation from "./internal/truncation.js"
+import * as Wiring from "./internal/wiring.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import { ModelClient, type ModelRequest, type ToolDefinition } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
@@ -614,3 +615,13 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
  * `Agent.run` resumes the run. See `Approval.decide`.
  */
 export const decide = Approval.decide
+
+/** The options of `layer`: a store, a model and a parser; `tools` (or an `executor`); `events`. */
+export type LayerOptions = Wiring.Options
+
+/**
+ * Every service `run` needs in one layer: `Agent.layer({ store, model, parser, tools })`. The event
+ * sink defaults to `EventSink.layerNoop`, the executor to `tools`' derived executor (pass the same
+ * registry to `run`). Its error type is its parts' (a registry of `Tool.Handled` tools adds none).
+ */
+export const layer: <const O extends LayerOptions>(options: O) => Wiring.AgentLayer<O> = Wiring.layer
