@@ -8,9 +8,9 @@
  * `StepCompleted` (atomic) → events. History is rendered by appending to one message array, so
  * a step costs the same at step 10 and at step 10,000.
  *
- * The `messages` of a `ModelRequest` is that growing array: the loop only ever appends to it,
- * after the call returned. A `ModelClient` that keeps a request beyond the call must copy the
- * messages (or remember their count).
+ * A `ModelRequest` is a value: its `messages` are a read-only view of that array's first n
+ * messages, made in O(1) (`internal/prefixView.ts`, design 0212), so a client that keeps a
+ * request sees it unchanged forever and the step cost stays flat.
  *
  * Why over ~400 lines: the loop is read top to bottom as one state machine (start or resume,
  * step, judgment, finish), and issues 14–16 and 18 are changing it at the same time; it is to be
@@ -38,6 +38,7 @@ import * as Fork from "./Fork.js"
 import { type ResultId, RunId, type StepIndex } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as History from "./internal/history.js"
+import * as PrefixView from "./internal/prefixView.js"
 import * as State from "./internal/state.js"
 import * as Tracing from "./internal/tracing.js"
 import * as Truncation from "./internal/truncation.js"
@@ -370,7 +371,7 @@ const logModelFailure = (step: number, error: ModelError) =>
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number) => {
   const request: ModelRequest = {
-    messages: run.state.messages,
+    messages: PrefixView.prefix(run.state.messages),
     tools: run.modelTools,
     settings: run.request.agent.modelSettings
   }
