@@ -9,12 +9,16 @@
  * - the runs list filters by agent, stop reason and status (the URL follows the filters);
  * - a reply holding `<script>alert(1)</script>` (and an observation holding HTML) is shown as
  *   text: no dialog opens, the text is visible, no element is made of it;
+ * - a suspended run shows its waiting call, and Reject (with its reason) is recorded;
+ * - a fork links to its parent, the parent to its forks;
  * - the command stops on Ctrl-C while pages hold live streams open.
  *
  * Screenshots of the list and of a transcript are written to a temporary folder (printed), or to
  * `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed).
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import * as Fork from "@polyloop/core/Fork"
+import * as Ids from "@polyloop/core/Ids"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Effect from "effect/Effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -113,9 +117,15 @@ describe.sequential("polyloop serve in a real browser", () => {
     Chromium.ensure()
     // The store and its finished runs (written in this process; the live run is another process's).
     await Effect.runPromise(
-      Effect.forEach(seeded, ([runId, name]) => Effect.zipRight(Scenario.run(name, runId), Effect.sleep("5 millis")), { discard: true }).pipe(
-        Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))
-      )
+      Effect.gen(function*() {
+        for (const [runId, name] of seeded) {
+          yield* Scenario.run(name, runId)
+          yield* Effect.sleep("5 millis")
+        }
+        yield* Scenario.suspend("approval-run")
+        yield* Effect.sleep("5 millis")
+        yield* Fork.fork({ from: Ids.runId("hostile-run"), atStep: 2, runId: Ids.runId("fork-run") })
+      }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
     )
     serve = start([launcher, "serve", "--db", db, "--port", "0", "--interval", "200"])
     const [, address] = await serve.waitFor(/polyloop viewer on (http:\/\/\S+\/) /)
@@ -198,7 +208,8 @@ describe.sequential("polyloop serve in a real browser", () => {
     const rows = page.locator("#runs tbody tr")
     await rows.first().waitFor()
     const ids = () => rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-run")))
-    assert.deepStrictEqual(await ids(), ["live-run", "hostile-run", "env-run", "budget-run"])
+    assert.deepStrictEqual(await ids(), ["live-run", "fork-run", "approval-run", "hostile-run", "env-run", "budget-run"])
+    assert.strictEqual(await page.locator('[data-run="approval-run"] .badge.suspended').innerText(), "suspended")
     await page.screenshot({ path: path.join(screenshots, "viewer-runs.png"), fullPage: true })
 
     await page.locator('select[name="agent"]').selectOption("researcher")
@@ -217,6 +228,9 @@ describe.sequential("polyloop serve in a real browser", () => {
     assert.deepStrictEqual(await ids(), ["live-run", "hostile-run"])
 
     await page.locator('select[name="stopReason"]').selectOption("")
+    await page.locator('select[name="status"]').selectOption("Suspended")
+    await rowCount(page, 1)
+    assert.deepStrictEqual(await ids(), ["approval-run"])
     await page.locator('select[name="status"]').selectOption("Finished")
     await rowCount(page, 4)
 
@@ -233,6 +247,46 @@ describe.sequential("polyloop serve in a real browser", () => {
     await page.close()
   }, 120_000)
 
+  it("shows a suspended run's waiting call; Reject (with the reason the model is told) is recorded and the page updates", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "approval-run" })}`)
+    const call = page.locator('#waiting-calls [data-call="call_s1_0"]')
+    await call.waitFor()
+    assert.include(await call.innerText(), "delete_records")
+    assert.include(await call.locator(".arguments").innerText(), `"customer": "42"`)
+    await page.locator('#waiting-calls input[name="by"]').fill("Grace")
+    await page.screenshot({ path: path.join(screenshots, "viewer-approval.png"), fullPage: true })
+    await call.locator("button.reject").click()
+    assert.include(await call.locator(".outcome").innerText(), "say why", "a rejection needs a reason")
+    await call.locator('input[name="reason"]').fill("not without a ticket")
+    await call.locator("button.reject").click()
+    // The decision is in the log: the live stream brings it back, the call no longer waits.
+    const decided = page.locator('[data-step="1"] .decision-made')
+    await decided.waitFor()
+    assert.include(await decided.innerText(), "rejected")
+    assert.include(await decided.innerText(), "by Grace")
+    assert.include(await decided.innerText(), "not without a ticket")
+    assert.strictEqual(await page.locator("#waiting-calls").count(), 0)
+    const recorded = (await (await fetch(new URL("/api/runs/approval-run", url))).json()) as { approvals: ReadonlyArray<{ _tag: string; by?: string }> }
+    assert.deepStrictEqual(recorded.approvals.map((a) => [a._tag, a.by]), [["ApprovalRequested", undefined], ["ApprovalDecided", "Grace"]])
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 120_000)
+
+  it("links a fork to its parent and a run to its forks", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "hostile-run" })}`)
+    const forkLink = page.locator("#forks a")
+    await forkLink.waitFor()
+    assert.strictEqual(await forkLink.innerText(), "fork-run")
+    assert.include(await page.locator("#forks").innerText(), "from step 2")
+    await forkLink.click()
+    await page.locator("#forked-from").waitFor()
+    assert.strictEqual(await page.locator("#run-id").innerText(), "fork-run")
+    assert.include(await page.locator("#forked-from").innerText(), "hostile-run at step 2")
+    assert.include(await page.locator("#forked-from").innerText(), "same configuration")
+    assert.strictEqual(await page.locator("section.step").count(), 2, "the parent's two steps were copied")
+    await page.close()
+  }, 120_000)
+
   it("stops on Ctrl-C while pages hold live streams open", async () => {
     const page = await open("/")
     await page.locator("#runs").waitFor()
@@ -242,4 +296,48 @@ describe.sequential("polyloop serve in a real browser", () => {
     assert.include([0, 130], exit.code, `exit ${exit.code} ${exit.signal}\n${serve!.stderr()}`)
     await page.close()
   }, 120_000)
+})
+
+describe("polyloop serve on the command line", () => {
+  const oneLine = (stderr: string) => {
+    const lines = stderr.trimEnd().split("\n")
+    assert.strictEqual(lines.length, 1, `one line on stderr:\n${stderr}`)
+    assert.match(lines[0]!, /^polyloop: /)
+    return lines[0]!
+  }
+
+  it("fails in one line on a store that does not exist, creating nothing", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-serve-cli-"))
+    try {
+      const missing = path.join(dir, "missing.db")
+      const serve = start([launcher, "serve", "--db", missing, "--port", "0"])
+      const exit = await serve.exited
+      assert.strictEqual(exit.code, 1)
+      assert.match(oneLine(serve.stderr()), /no run store at .*missing\.db/)
+      assert.isFalse(fs.existsSync(missing))
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120_000)
+
+  it("an explicit --host is not refused as non-loopback; an address it cannot bind fails in one line", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-serve-cli-"))
+    try {
+      const db = path.join(dir, "runs.db")
+      await Effect.runPromise(Scenario.run("budget", "one").pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))))
+      // 192.0.2.1 (TEST-NET-1, RFC 5737) is on no interface of this machine: explicit, so not
+      // refused as non-loopback; listening there fails, and nothing is exposed.
+      const serve = start([launcher, "serve", "--db", db, "--host", "192.0.2.1", "--port", "0"])
+      const exit = await serve.exited
+      assert.strictEqual(exit.code, 1)
+      const line = oneLine(serve.stderr())
+      assert.match(line, /cannot listen on 192\.0\.2\.1:0/)
+      assert.notMatch(line, /refusing/)
+      const badPort = start([launcher, "serve", "--db", db, "--port", "70000"])
+      assert.strictEqual((await badPort.exited).code, 1)
+      assert.match(oneLine(badPort.stderr()), /--port must be 0 to 65535/)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 180_000)
 })

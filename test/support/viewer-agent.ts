@@ -1,10 +1,12 @@
 /**
  * Child process of the viewer tests: runs one scenario of `viewer-scenario.ts` on a SQLite file,
  * as another process than the viewer's, printing `step <n>` after each completed step and
- * `finished <stop reason tag>` at the end (`failed: …` if the run fails).
+ * `finished <stop reason tag>` at the end, `suspended <call ids>` when the run waits for a
+ * decision (run it again after the decision), or `failed: …` if the run fails.
  *
  *   node --import tsx viewer-agent.ts <db> <scenario> <runId> <stepDelayMs>
  */
+import * as Approval from "@polyloop/core/Approval"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -21,6 +23,10 @@ const program = Scenario.run(name as Scenario.Name, runId, {
   onEvent: (event) => (event._tag === "StepCompleted" ? Effect.sync(() => process.stdout.write(`step ${event.step}\n`)) : Effect.void)
 }).pipe(
   Effect.tap((result) => Effect.sync(() => process.stdout.write(`finished ${result.stopReason._tag}\n`))),
+  Effect.catchIf(
+    (error): error is Approval.Suspended => error instanceof Approval.Suspended,
+    (suspended) => Effect.sync(() => process.stdout.write(`suspended ${suspended.waiting.map((w) => w.callId).join(",")}\n`))
+  ),
   Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))
 )
 

@@ -2,22 +2,27 @@
  * Runs for the viewer tests (`viewer-api.test.ts`, `viewer-browser.test.ts`): small scripted
  * agents whose runs cover what the viewer must show — executed, not executed (synthetic
  * observation, the executor's text kept for audit) and environment-error actions, a reply that
- * holds HTML and script, a run stopped by its budget, and a slow run written step by step for
- * the live page. Each run is a real `Agent.run` on whatever `RunLogStore` is provided.
+ * holds HTML and script, a run stopped by its budget, a run suspended for a person's approval,
+ * and a slow run written step by step for the live page. Each run is a real `Agent.run` on whatever `RunLogStore` is provided.
  */
+import type * as Action from "@polyloop/core/Action"
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as Approval from "@polyloop/core/Approval"
 import { ToolEnvironmentError } from "@polyloop/core/Errors"
 import * as EventSink from "@polyloop/core/EventSink"
 import * as Ids from "@polyloop/core/Ids"
 import type * as LoopEvent from "@polyloop/core/LoopEvent"
 import type * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as RunLog from "@polyloop/core/RunLog"
 import type * as RunLogStore from "@polyloop/core/RunLogStore"
+import { RunLogStore as RunLogStoreTag } from "@polyloop/core/RunLogStore"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -55,7 +60,15 @@ const submit = Tool.make({
   handler: (args: { readonly answer: string }) => Effect.succeed(`submitted: ${args.answer}`)
 })
 
-const tools = ToolRegistry.make(lookup, query, submit)
+const deleteRecords = Tool.make({
+  name: "delete_records",
+  description: "Deletes a customer's records (a person approves each call).",
+  parameters: Schema.Struct({ customer: Schema.String }),
+  approval: "Required",
+  handler: (args: { readonly customer: string }) => Effect.succeed(`deleted the records of ${args.customer}`)
+})
+
+const tools = ToolRegistry.make(lookup, query, submit, deleteRecords)
 
 interface Scenario {
   readonly agent: string
@@ -93,6 +106,17 @@ const scenarios = {
     task: "Count the customers.",
     script: [ScriptedModel.toolCall("query", { sql: "SELECT count(*) FROM customers" }, { usage })]
   },
+  /** Step 1 calls `delete_records`, which waits for a person's decision (see `suspend`). */
+  approval: {
+    agent: "support-bot",
+    maxSteps: 6,
+    task: "Delete the records of customer 42, then submit.",
+    script: [
+      ScriptedModel.toolCall("lookup", { topic: "customer 42" }, { usage }),
+      ScriptedModel.toolCall("delete_records", { customer: "42" }, { text: "Deleting the records now.", usage }),
+      ScriptedModel.toolCall("submit", { answer: "handled customer 42" }, { usage })
+    ]
+  },
   /** Completed(Tool) after `slowSteps` steps, each taking the step delay: watched live. */
   slow: {
     agent: "slow-writer",
@@ -122,11 +146,21 @@ export const agentOf = (name: Name): string => scenarios[name].agent
 export const run = (
   name: Name,
   runId: string,
-  options: { readonly stepDelay?: Duration.DurationInput; readonly onEvent?: (event: LoopEvent.LoopEvent) => Effect.Effect<void> } = {}
+  options: {
+    readonly stepDelay?: Duration.DurationInput
+    readonly onEvent?: (event: LoopEvent.LoopEvent) => Effect.Effect<void>
+    /** The model fails (not retryable) from this step on: the run fails there, resumable. */
+    readonly failFromStep?: number
+  } = {}
 ): Effect.Effect<Agent.RunResult, unknown, RunLogStore.RunLogStore> =>
   Effect.gen(function*() {
     const scenario: Scenario = scenarios[name]
-    const model = yield* ScriptedModel.make(scenario.script, { latency: options.stepDelay ?? Duration.zero })
+    const model = yield* ScriptedModel.make(scenario.script, {
+      latency: options.stepDelay ?? Duration.zero,
+      ...(options.failFromStep === undefined
+        ? {}
+        : { failures: Array.from({ length: scenario.script.length }, (_, i) => i).filter((i) => i >= options.failFromStep!).map((step) => ({ step, times: 1_000, retryable: false, message: "the model is away" })) })
+    })
     const executor = yield* tools.executor()
     const agent = AgentDefinition.make({
       name: scenario.agent,
@@ -145,4 +179,38 @@ export const run = (
         )
       )
     )
+  })
+
+/**
+ * Makes `runId` a run suspended for approval, as the loop leaves it (design 0160): the approval
+ * scenario's step 0 done, step 1's reply logged with its `delete_records` call, an
+ * `ApprovalRequested` for that call, and no decision. (Written through the store from the
+ * scenario's own records: the loop's approval gate is another issue's; the viewer only reads
+ * the records and decides through `Approval.decide`.)
+ */
+export const suspend = (runId: string): Effect.Effect<void, unknown, RunLogStore.RunLogStore> =>
+  Effect.gen(function*() {
+    yield* Effect.flip(run("approval", runId, { failFromStep: 1 }))
+    const store = yield* RunLogStoreTag
+    const id = Ids.runId(runId)
+    const log = yield* store.readLog(id)
+    const callId = "call_s1_0"
+    const reply = scenarios.approval.script[1]!
+    const seq = RunLog.nextSeq(log)
+    yield* store.appendReply(id, {
+      _tag: "ModelReplied",
+      seq,
+      step: Ids.StepIndex.make(1),
+      reply: { ...reply, toolCalls: reply.toolCalls.map((call) => ({ ...call, id: callId })) }
+    })
+    const action: Action.Action = { _tag: "ToolCall", id: callId, name: "delete_records", arguments: { customer: "42" } }
+    yield* store.appendApprovals(id, [{
+      _tag: "ApprovalRequested",
+      seq: seq + 1,
+      step: Ids.StepIndex.make(1),
+      callId,
+      action,
+      actionHash: Approval.actionHash(id, 1, callId, action),
+      at: yield* Clock.currentTimeMillis
+    }])
   })

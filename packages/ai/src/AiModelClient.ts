@@ -29,6 +29,7 @@ import * as LanguageModel from "@effect/ai/LanguageModel"
 import * as Prompt from "@effect/ai/Prompt"
 import * as AiTool from "@effect/ai/Tool"
 import type * as Toolkit from "@effect/ai/Toolkit"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -42,6 +43,7 @@ import { ModelClient, type ModelRequest, type ToolDefinition } from "@polyloop/c
 import * as ModelReply from "@polyloop/core/ModelReply"
 import type { ModelSettings } from "@polyloop/core/ModelSettings"
 import * as Errors from "./internal/errors.js"
+import { billedUsage, metadataOf, textsOf } from "./internal/replyParts.js"
 
 const source = "AiModelClient"
 
@@ -163,12 +165,10 @@ export const toToolkit = (tools: ReadonlyArray<ToolDefinition>): Toolkit.WithHan
 // Responses
 // -----------------------------------------------------------------------------
 
-const tokens = (value: number | undefined): number =>
-  value === undefined || !Number.isFinite(value) || value < 0 ? 0 : Math.round(value)
-
 /**
  * A response as a `ModelReply`: the text parts, the tool calls the provider did not execute
- * itself (params re-serialized as JSON) and the usage (missing counts are 0).
+ * itself (params re-serialized as JSON), the usage as billed (missing counts are 0), the
+ * finish reason normalised, a refusal (also the text when there is none) and reasoning text.
  */
 export const toModelReply = (response: LanguageModel.GenerateTextResponse<Record<string, AiTool.Any>>): ModelReply.ModelReply => {
   const toolCalls: Array<ModelReply.ModelToolCall> = []
@@ -181,12 +181,14 @@ export const toModelReply = (response: LanguageModel.GenerateTextResponse<Record
       })
     }
   }
-  const usage = response.usage
+  const { anthropicUsage, reasoning, refusal } = textsOf(response.content)
   return ModelReply.make({
-    text: response.text,
+    text: response.text === "" && refusal !== undefined ? refusal : response.text,
     toolCalls,
-    usage: { inputTokens: tokens(usage.inputTokens), outputTokens: tokens(usage.outputTokens) },
-    finishReason: response.finishReason
+    usage: billedUsage(response.usage, anthropicUsage),
+    finishReason: response.finishReason,
+    refusal,
+    reasoning
   })
 }
 
@@ -203,7 +205,13 @@ const RawPart = Schema.Union(
   Schema.Struct({
     type: Schema.Literal("finish"),
     reason: Schema.String,
-    usage: Schema.Struct({ inputTokens: Schema.optional(Schema.Number), outputTokens: Schema.optional(Schema.Number) })
+    usage: Schema.Struct({
+      inputTokens: Schema.optional(Schema.Number),
+      outputTokens: Schema.optional(Schema.Number),
+      reasoningTokens: Schema.optional(Schema.Number),
+      cachedInputTokens: Schema.optional(Schema.Number)
+    }),
+    metadata: Schema.optional(Schema.Unknown)
   })
 )
 const decodeRawPart = Schema.decodeUnknownOption(RawPart)
@@ -222,7 +230,7 @@ export const replyFromRefusedOutput = (error: AiError.AiError): Option.Option<Mo
   if (!Array.isArray(raw)) return Option.none()
   const texts: Array<string> = []
   const toolCalls: Array<ModelReply.ModelToolCall> = []
-  let usage = { inputTokens: 0, outputTokens: 0 }
+  let usage: ModelReply.Usage = ModelReply.emptyUsage
   let finishReason: string | undefined
   for (const element of raw) {
     const part = Option.getOrUndefined(decodeRawPart(element))
@@ -238,19 +246,33 @@ export const replyFromRefusedOutput = (error: AiError.AiError): Option.Option<Mo
         }
         break
       case "finish":
-        usage = { inputTokens: tokens(part.usage.inputTokens), outputTokens: tokens(part.usage.outputTokens) }
+        usage = billedUsage(part.usage, metadataOf(part, "anthropic", "usage"))
         finishReason = part.reason
         break
     }
   }
-  return Option.some(ModelReply.make({ text: texts.join(""), toolCalls, usage, finishReason: finishReason ?? "unknown" }))
+  const { reasoning, refusal } = textsOf(raw)
+  const text = texts.join("")
+  return Option.some(ModelReply.make({
+    text: text === "" && refusal !== undefined ? refusal : text,
+    toolCalls,
+    usage,
+    finishReason: finishReason ?? "unknown",
+    refusal,
+    reasoning
+  }))
 }
+
+const decodeBody = Schema.decodeUnknownOption(Schema.parseJson())
 
 /**
  * An `AiError` as a `ModelError`. Built from the error's fields, never its message (which may
- * quote the response body); the cause kept is at most the socket's own error.
+ * quote the response body); the cause kept is at most the socket's own error. A status error
+ * carries what the provider said (design 0140): the error body's code, type and param, the
+ * request id and the retry hint of its headers (an HTTP-date hint is taken relative to
+ * `nowMillis`); a quota error is not retryable.
  */
-export const toModelError = (error: AiError.AiError): ModelError => {
+export const toModelError = (error: AiError.AiError, nowMillis: number): ModelError => {
   const where = `${error.module}.${error.method}`
   switch (error._tag) {
     case "HttpRequestError":
@@ -259,7 +281,11 @@ export const toModelError = (error: AiError.AiError): ModelError => {
         : new ModelError({ retryable: false, message: `${source}: ${where} could not send its request (${error.reason})` })
     case "HttpResponseError":
       return error.reason === "StatusCode"
-        ? Errors.statusError(source, `${where} (${Errors.describeEndpoint(error.request.url)})`, error.response.status)
+        ? Errors.providerStatusError(source, `${where} (${Errors.describeEndpoint(error.request.url)})`, error.response.status, {
+          headers: Object.fromEntries(Object.entries(error.response.headers).map(([name, value]) => [name.toLowerCase(), value])),
+          body: error.body === undefined ? undefined : Option.getOrUndefined(decodeBody(error.body)),
+          nowMillis
+        })
         : new ModelError({
           retryable: false,
           status: error.response.status,
@@ -309,7 +335,7 @@ export const make = (options: Options = {}): Effect.Effect<ModelClient.Service, 
         Effect.map(toModelReply),
         Effect.catchAll((error) =>
           Option.match(replyFromRefusedOutput(error), {
-            onNone: () => Effect.fail(toModelError(error)),
+            onNone: () => Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(toModelError(error, now))),
             onSome: Effect.succeed
           })
         )

@@ -6,6 +6,10 @@
  * Responses request). `seed` and `stop` do not exist in the Responses API: a request that sets
  * them fails with a non-retryable `ModelError` rather than running with them ignored.
  *
+ * A tool's result is sent in `function_call_output` as the observation text itself:
+ * `@effect/ai-openai` JSON-encodes every result, so the client's requests are corrected before
+ * they leave (`unwrapToolOutputs`), or the model would read `"\"sunny\""` for `sunny`.
+ *
  * For servers that speak only Chat Completions (vLLM, Ollama, LM Studio, most gateways), use
  * `OpenAiCompatible`.
  *
@@ -24,6 +28,7 @@ import type * as Redacted from "effect/Redacted"
 import { ModelError } from "@polyloop/core/Errors"
 import type { ModelClient } from "@polyloop/core/ModelClient"
 import * as AiModelClient from "./AiModelClient.js"
+import * as ToolResults from "./internal/toolResults.js"
 import * as OpenAiCompatible from "./OpenAiCompatible.js"
 
 /** How to reach OpenAI (or a server that serves its Responses API). */
@@ -72,11 +77,22 @@ export const applySettings: AiModelClient.ApplySettings = (effect, settings) => 
   })
 }
 
+/**
+ * A Responses request body with each `function_call_output`'s `output` decoded once when it is a
+ * JSON-encoded string (what `@effect/ai-openai` sends for a string result): the observation text
+ * as it is. Anything else is left as it is.
+ */
+export const unwrapToolOutputs: (body: unknown) => unknown = ToolResults.unwrapResponsesBody
+
 /** The `ModelClient` layer; needs an `HttpClient` (e.g. `NodeHttpClient.layerUndici`). */
 export const layer = (options: Options): Layer.Layer<ModelClient, never, HttpClient.HttpClient> =>
   AiModelClient.layer({ applySettings, timeout: options.timeout ?? OpenAiCompatible.defaultTimeout }).pipe(
     Layer.provide(OpenAiLanguageModel.layer({ model: options.model, config: { strict: options.strict ?? false } })),
-    Layer.provide(OpenAiClient.layer({ apiKey: options.apiKey, apiUrl: options.baseUrl ?? OpenAiCompatible.defaultBaseUrl }))
+    Layer.provide(OpenAiClient.layer({
+      apiKey: options.apiKey,
+      apiUrl: options.baseUrl ?? OpenAiCompatible.defaultBaseUrl,
+      transformClient: ToolResults.fixingBodies(ToolResults.unwrapResponsesBody)
+    }))
   )
 
 /** The `ModelClient` layer configured from `Config` (by default the `POLYLOOP_*` variables). */

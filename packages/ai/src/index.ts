@@ -10,7 +10,12 @@
 export * as AiModelClient from "./AiModelClient.js"
 
 /**
- * A `ModelClient` for any server that speaks OpenAI's Chat Completions API — OpenAI itself, vLLM, Ollama, LM Studio, OpenRouter, llama.cpp — on `@effect/platform`'s `HttpClient`, configured in code (`layer`) or from `Config` (`layerConfig`: `POLYLOOP_MODEL`, `POLYLOOP_BASE_URL`, `POLYLOOP_API_KEY`, `POLYLOOP_TIMEOUT`).
+ * A `ModelClient` for Anthropic's Messages API (`POST <baseUrl>/v1/messages`) through `@effect/ai-anthropic` (`AnthropicClient` + `AnthropicLanguageModel`) and `AiModelClient`, configured in code (`layer`) or from `Config` (`layerConfig`: `POLYLOOP_MODEL`, `POLYLOOP_API_KEY`, `POLYLOOP_BASE_URL`, `POLYLOOP_TIMEOUT`).
+ */
+export * as Anthropic from "./Anthropic.js"
+
+/**
+ * A `ModelClient` for any server that speaks OpenAI's Chat Completions API — OpenAI itself, vLLM, Ollama, LM Studio, OpenRouter, llama.cpp — on `@effect/platform`'s `HttpClient`, configured in code (`layer`) or from `Config` (`layerConfig`: `POLYLOOP_MODEL`, `POLYLOOP_BASE_URL`, `POLYLOOP_API_KEY`, `POLYLOOP_TIMEOUT`, and for Azure and organisations `POLYLOOP_API_KEY_HEADER`, `POLYLOOP_API_VERSION`, `POLYLOOP_ORGANIZATION`, `POLYLOOP_PROJECT`, `POLYLOOP_MAX_TOKENS_PARAMETER`).
  */
 export * as OpenAiCompatible from "./OpenAiCompatible.js"
 

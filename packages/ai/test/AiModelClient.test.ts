@@ -122,7 +122,7 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
       assert.deepStrictEqual(reply, {
         text: "Hello.",
         toolCalls: [],
-        usage: { inputTokens: 30, outputTokens: 9 },
+        usage: { inputTokens: 30, outputTokens: 9, cachedInputTokens: 0, reasoningTokens: 0 },
         finishReason: "stop"
       })
 
@@ -153,7 +153,7 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
         { id: "call_abc", name: "read_file", argumentsText: "{\"path\":\"a.txt\",\"maxBytes\":10}" }
       ])
       assert.strictEqual(first.text, "")
-      assert.deepStrictEqual(first.usage, { inputTokens: 30, outputTokens: 9 })
+      assert.deepStrictEqual(first.usage, { inputTokens: 30, outputTokens: 9, cachedInputTokens: 0, reasoningTokens: 0 })
       assert.strictEqual(first.finishReason, "tool-calls")
 
       const history = [
@@ -163,7 +163,7 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
       ]
       const second = yield* client.generate(request(history, { tools: [readFile] }))
       assert.strictEqual(second.text, "It says hi.")
-      assert.deepStrictEqual(second.usage, { inputTokens: 50, outputTokens: 4 })
+      assert.deepStrictEqual(second.usage, { inputTokens: 50, outputTokens: 4, cachedInputTokens: 0, reasoningTokens: 0 })
 
       const [r1, r2] = yield* server.all
       assert.deepStrictEqual(field(r1?.body, "tools"), [
@@ -173,7 +173,8 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
         { role: "system", content: "You are terse." },
         { role: "user", content: [{ type: "input_text", text: "Read a.txt" }] },
         { type: "function_call", call_id: "call_abc", name: "read_file", arguments: "{\"path\":\"a.txt\",\"maxBytes\":10}" },
-        { type: "function_call_output", call_id: "call_abc", output: "\"hi\"" }
+        // The observation text as it is (design 0140), not JSON-encoded a second time.
+        { type: "function_call_output", call_id: "call_abc", output: "hi" }
       ])
     }))
 
@@ -233,7 +234,7 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
             { id: "call_x", name: "delete_all", argumentsText: "{\"why\":\"tidy\"}" },
             { id: "call_y", name: "read_file", argumentsText: "[1,2]" }
           ],
-          usage: { inputTokens: 12, outputTokens: 7 },
+          usage: { inputTokens: 12, outputTokens: 7, cachedInputTokens: 0, reasoningTokens: 0 },
           finishReason: "tool-calls"
         })
       }))
@@ -287,11 +288,11 @@ describe("AiModelClient over @effect/ai-openai (Responses API) against a fake se
         assert.strictEqual(first.outcome.status, "NotExecuted")
         assert.isTrue(first.outcome.observationIsSynthetic)
         // The model is told, in the next request, answering its call by id (the provider sends a
-        // tool result as JSON text).
+        // tool result as the observation text itself, design 0140).
         yield* server.next
         const second = yield* server.next
         const outputs = (field(second.body, "input") as ReadonlyArray<unknown>).filter((item) => field(item, "type") === "function_call_output")
-        assert.deepStrictEqual(outputs.map((item) => [field(item, "call_id"), field(item, "output")]), [["call_1", JSON.stringify(first.outcome.observation)]])
+        assert.deepStrictEqual(outputs.map((item) => [field(item, "call_id"), field(item, "output")]), [["call_1", first.outcome.observation]])
       }))
 
     it("replyFromRefusedOutput takes nothing from other errors, nor from a refusal without raw parts", () => {
@@ -488,7 +489,7 @@ describe("AiModelClient over any LanguageModel", () => {
       [new AiError.UnknownError({ module: "M", method: "m", description: bodyMarker }), false]
     ]
     for (const [error, retryable] of cases) {
-      const mapped = AiModelClient.toModelError(error)
+      const mapped = AiModelClient.toModelError(error, 0)
       assert.strictEqual(mapped.retryable, retryable, error._tag)
       assertNothingLeaks(mapped, [bodyMarker, "pw@", "key=abc"])
     }

@@ -28,7 +28,13 @@ export interface Received {
 /** How the server answers one request. */
 export type Reply =
   | { readonly _tag: "Json"; readonly status: number; readonly body: unknown }
-  | { readonly _tag: "Raw"; readonly status: number; readonly body: string; readonly contentType: string }
+  | {
+    readonly _tag: "Raw"
+    readonly status: number
+    readonly body: string
+    readonly contentType: string
+    readonly headers?: Readonly<Record<string, string>>
+  }
   /** Never answers. */
   | { readonly _tag: "Hang" }
   /** Sends a 200 status and the first bytes of a body, then nothing more. */
@@ -43,11 +49,17 @@ export type Reply =
 /** A JSON answer. */
 export const json = (body: unknown, status = 200): Reply => ({ _tag: "Json", status, body })
 /** A raw answer. */
-export const raw = (status: number, body: string, contentType = "application/json"): Reply => ({
+export const raw = (
+  status: number,
+  body: string,
+  contentType = "application/json",
+  headers: Readonly<Record<string, string>> = {}
+): Reply => ({
   _tag: "Raw",
   status,
   body,
-  contentType
+  contentType,
+  headers
 })
 /** No answer at all. */
 export const hang: Reply = { _tag: "Hang" }
@@ -86,7 +98,7 @@ export const make: Effect.Effect<FakeServer, never, Scope.Scope> = Effect.gen(fu
         return
       }
       case "Raw": {
-        res.writeHead(reply.status, { "content-type": reply.contentType })
+        res.writeHead(reply.status, { ...reply.headers, "content-type": reply.contentType })
         res.end(reply.body)
         return
       }

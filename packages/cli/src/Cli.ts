@@ -20,13 +20,16 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import { userInfo } from "node:os"
 import { CliError } from "./CliError.js"
+import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
-import * as Serve from "./Serve.js"
+import * as ServeDefaults from "./internal/viewer/defaults.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
+import * as Verify from "./Verify.js"
 
 /** The command's version. */
 export const version = "0.1.0"
@@ -100,6 +103,8 @@ export const demo = Command.make(
 
 const encodeSummaries = Schema.encodeSync(Schema.Array(RunLogStore.RunSummary))
 
+const statusOf = { finished: "Finished", unfinished: "Unfinished", suspended: "Suspended" } as const
+
 /** `polyloop runs`. */
 export const runs = Command.make(
   "runs",
@@ -108,7 +113,10 @@ export const runs = Command.make(
     pg,
     json,
     limit: Options.integer("limit").pipe(Options.optional, Options.withDescription("at most this many runs (newest first)")),
-    status: Options.choice("status", ["finished", "unfinished"]).pipe(Options.optional, Options.withDescription("only finished or unfinished runs"))
+    status: Options.choice("status", ["finished", "unfinished", "suspended"]).pipe(
+      Options.optional,
+      Options.withDescription("only finished, unfinished, or suspended runs (unfinished and waiting for a decision: see polyloop pending)")
+    )
   },
   (options) =>
     Effect.gen(function*() {
@@ -118,9 +126,24 @@ export const runs = Command.make(
       const store = yield* RunLogStore.RunLogStore
       const summaries = yield* store.listRuns({
         ...(Option.isSome(options.limit) ? { limit: options.limit.value } : {}),
-        ...(Option.isSome(options.status) ? { status: options.status.value === "finished" ? "Finished" : "Unfinished" } : {})
+        ...(Option.isSome(options.status) ? { status: statusOf[options.status.value] } : {})
       })
-      if (options.json) return yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+      // The summaries come from the store's summary rows; the logs they summarise are checked
+      // too (decoded without the record schemas: `polyloop verify` decodes in full), so that a
+      // store whose records are damaged does not list as healthy.
+      const findings = yield* Verify.cheapFindings(store, summaries)
+      const warn = Effect.gen(function*() {
+        if (findings.length === 0) return
+        for (const finding of findings) yield* Console.error(`warning: ${finding.runId}: ${finding.problem}`)
+        const runs = new Set(findings.map((f) => f.runId)).size
+        return yield* new CliError({
+          message: `${runs} run${runs === 1 ? " has" : "s have"} problems in ${Store.describe(location(options))}; see polyloop verify --all`
+        })
+      })
+      if (options.json) {
+        yield* Console.log(JSON.stringify(encodeSummaries(summaries), null, 2))
+        return yield* warn
+      }
       const style = yield* Style.detect
       if (summaries.length === 0) {
         const which = Option.match(options.status, { onNone: () => "runs", onSome: (status) => `${status} runs` })
@@ -129,7 +152,11 @@ export const runs = Command.make(
       const rows = summaries.map((summary) => [
         summary.runId,
         summary.agent,
-        summary.status === "Finished" ? style.green("finished") : style.yellow("unfinished"),
+        summary.status === "Finished"
+          ? style.green("finished")
+          : summary.status === "Suspended"
+          ? style.cyan("suspended")
+          : style.yellow("unfinished"),
         Option.match(summary.stopReason, {
           onNone: () => "-",
           onSome: (reason) => reason._tag === "Completed" ? StopReason.format(reason) : style.red(StopReason.format(reason))
@@ -157,8 +184,14 @@ export const runs = Command.make(
           rows
         )
       )
+      yield* warn
     }).pipe(Effect.provide(Store.layerExisting(location(options))))
-).pipe(Command.withDescription("List the runs of the store, newest first (DURATION is step time: time spent crashed does not count)."))
+).pipe(
+  Command.withDescription(
+    "List the runs of the store, newest first (DURATION is step time: time spent crashed does not count). " +
+      "Warns and exits non-zero when a listed run's records do not decode or disagree with its summary."
+  )
+)
 
 // -----------------------------------------------------------------------------
 // show
@@ -220,6 +253,15 @@ export const exportRun = Command.make(
 // serve
 // -----------------------------------------------------------------------------
 
+/** The name of the user running the command ("someone" when the system cannot tell). */
+const userName = (): string => {
+  try {
+    return userInfo().username
+  } catch {
+    return "someone"
+  }
+}
+
 /** `polyloop serve`. */
 export const serve = Command.make(
   "serve",
@@ -229,12 +271,16 @@ export const serve = Command.make(
     host: Options.text("host").pipe(
       Options.optional,
       Options.withDescription(
-        `the address to bind (default ${Serve.defaultHost}); an address that is not loopback is served only when given here explicitly`
+        `the address to bind (default ${ServeDefaults.host}); an address that is not loopback is served only when given here explicitly`
       )
     ),
-    port: Options.integer("port").pipe(Options.withDefault(Serve.defaultPort), Options.withDescription("the port (0: any free port)")),
+    port: Options.integer("port").pipe(Options.withDefault(ServeDefaults.port), Options.withDescription("the port (0: any free port)")),
+    as: Options.text("as").pipe(
+      Options.optional,
+      Options.withDescription("who approval decisions made on the page are recorded as made by, when the page names no one (default: <user> via polyloop serve)")
+    ),
     interval: Options.integer("interval").pipe(
-      Options.withDefault(Duration.toMillis(Serve.defaultInterval)),
+      Options.withDefault(Duration.toMillis(ServeDefaults.interval)),
       Options.withDescription("milliseconds between two polls of the store for live pages")
     )
   },
@@ -242,10 +288,13 @@ export const serve = Command.make(
     Effect.gen(function*() {
       if (options.port < 0 || options.port > 65535) return yield* new CliError({ message: `--port must be 0 to 65535, not ${options.port}` })
       if (options.interval < 10) return yield* new CliError({ message: `--interval must be 10 ms or more, not ${options.interval}` })
+      // Loaded here, not at start-up: the other subcommands do not pay for the HTTP server.
+      const Serve = yield* Effect.promise(() => import("./Serve.js"))
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
         port: options.port,
-        interval: Duration.millis(options.interval)
+        interval: Duration.millis(options.interval),
+        decider: Option.getOrElse(options.as, () => `${userName()} via polyloop serve`)
       })
       if (!bound.loopback) {
         yield* Console.error(
@@ -259,7 +308,7 @@ export const serve = Command.make(
 ).pipe(
   Command.withDescription(
     "Serve a run viewer in the browser: the runs list (filters, pages), each run's transcript updated live as any process writes it, and the JSON API under /api/. " +
-      `Binds ${Serve.defaultHost} unless --host says otherwise.`
+      `Binds ${ServeDefaults.host} unless --host says otherwise.`
   )
 )
 
@@ -267,10 +316,25 @@ export const serve = Command.make(
 // polyloop
 // -----------------------------------------------------------------------------
 
+/** What the approval commands share with the others. */
+const common: Approvals.Common = { db, pg, json, location, decodeRunId }
+
 /** `polyloop` and its subcommands. */
 export const command = Command.make("polyloop").pipe(
-  Command.withDescription("Durable, reproducible LLM agent loops: run the demo, list runs, show and export them, view them in the browser."),
-  Command.withSubcommands([demo, runs, show, exportRun, serve])
+  Command.withDescription(
+    "Durable, reproducible LLM agent loops: run the demo, list runs, show and export them, view them in the browser, decide on calls waiting for approval."
+  ),
+  Command.withSubcommands([
+    demo,
+    runs,
+    show,
+    exportRun,
+    serve,
+    Verify.verify(common),
+    Approvals.pending(common),
+    Approvals.approve(common),
+    Approvals.reject(common)
+  ])
 )
 
 /** Runs the command on `process.argv`-style arguments. */

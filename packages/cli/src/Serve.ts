@@ -11,8 +11,13 @@
  *   their limits, resumes, synthetic observations and the executor's audit text;
  * - `GET /api/runs/<id>/live` and `GET /api/live` — Server-Sent Events fed by polling the store
  *   (`internal/viewer/live.ts`);
+ * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
+ * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
+ *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
+ *   `Approval.decide`; JSON only, from the viewer's own page: `internal/viewer/decisions.ts`);
  * - errors as `{ "error": { "_tag", "message" } }` with status 400 (bad id or query), 403
- *   (foreign `Host`), 404 (unknown run or path) or 500 (the store failed).
+ *   (foreign `Host` or `Origin`), 404 (unknown run or path), 409 (a decision refused: already
+ *   decided, another action), 415 (not JSON) or 500 (the store failed).
  *
  * It binds 127.0.0.1 by default and refuses a non-loopback address unless `exposed` is set
  * (the command sets it only for an explicit `--host`). Design: docs/design/0190-viewer.md.
@@ -26,7 +31,9 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import type * as FileSystem from "@effect/platform/FileSystem"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Approval from "@polyloop/core/Approval"
 import { RunId } from "@polyloop/core/Ids"
+import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -40,17 +47,20 @@ import * as Http from "node:http"
 import * as Transcript from "./Transcript.js"
 import * as Address from "./internal/viewer/address.js"
 import * as Assets from "./internal/viewer/assets.js"
+import * as Decisions from "./internal/viewer/decisions.js"
+import * as Defaults from "./internal/viewer/defaults.js"
+import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
 
 /** The address `serve` binds by default. */
-export const defaultHost = "127.0.0.1"
+export const defaultHost: string = Defaults.host
 
 /** The port `serve` listens on by default. */
-export const defaultPort = 7420
+export const defaultPort: number = Defaults.port
 
 /** How often live streams poll the store by default. */
-export const defaultInterval: Duration.Duration = Duration.millis(500)
+export const defaultInterval: Duration.Duration = Defaults.interval
 
 /** Why the server could not start. */
 export class ServeError extends Schema.TaggedError<ServeError>()("ServeError", {
@@ -69,6 +79,8 @@ export interface AppOptions {
    * loopback, so a foreign page cannot read the runs through DNS rebinding.
    */
   readonly loopbackOnly?: { readonly boundName: string }
+  /** Who an approval decision is recorded as made by when the page names no one (default "polyloop serve"). */
+  readonly decider?: string
 }
 
 /** How to serve. */
@@ -103,6 +115,7 @@ const apiError = (status: number, tag: string, message: string) =>
   HttpServerResponse.unsafeJson({ error: { _tag: tag, message } }, { status })
 
 const decodeRunId = Schema.decodeUnknown(RunId)
+const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 
 /** The run id of the path (`/api/runs/<id>…`), or a 400 response. */
 const runIdParam = Effect.flatMap(HttpRouter.params, (params) =>
@@ -142,6 +155,8 @@ export const app = (
 ): Effect.Effect<HttpApp.Default<never, RunLogStore.RunLogStore>, ServeError, FileSystem.FileSystem> =>
   Effect.gen(function*() {
     const interval = options.interval ?? defaultInterval
+    const decider = options.decider ?? "polyloop serve"
+    const forks = Forks.make()
     const assets = yield* Assets.load.pipe(
       Effect.mapError((message) => new ServeError({ reason: "Assets", host: "", port: 0, message }))
     )
@@ -181,6 +196,44 @@ export const app = (
           const runId = yield* runIdParam
           const context = yield* Effect.context<RunLogStore.RunLogStore>()
           return sseResponse(Stream.provideContext(Live.run(runId, interval), context))
+        }))
+      ),
+      HttpRouter.get(
+        "/api/runs/:runId/forks",
+        respondToFailure(Effect.gen(function*() {
+          const runId = yield* runIdParam
+          return HttpServerResponse.unsafeJson({ forks: yield* forks.forksOf(runId) })
+        }))
+      ),
+      HttpRouter.post(
+        "/api/runs/:runId/decisions",
+        respondToFailure(Effect.gen(function*() {
+          const runId = yield* runIdParam
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const refused = Decisions.refusal(request.headers)
+          if (refused !== undefined) return apiError(refused.status, "Refused", refused.message)
+          const body = yield* HttpServerRequest.schemaBodyJson(Decisions.DecisionBody).pipe(
+            Effect.mapError((error) =>
+              ParseResult.isParseError(error) ? error : apiError(400, "InvalidBody", `the body is not JSON: ${error.message}`)
+            )
+          )
+          const by = body.by?.trim() ?? ""
+          const record = yield* Approval.decide({
+            runId,
+            callId: body.callId,
+            decision: body.decision === "Approve" ? Approval.approve : Approval.reject(body.reason ?? ""),
+            by: by === "" ? decider : by,
+            actionHash: body.actionHash
+          }).pipe(
+            Effect.mapError((error) =>
+              apiError(
+                error._tag === "NotSuspended" && error.reason === "Finished" ? 409 : Decisions.statusOf(error._tag),
+                error._tag,
+                error.message
+              )
+            )
+          )
+          return HttpServerResponse.unsafeJson({ decided: encodeRecord(record) })
         }))
       ),
       HttpRouter.get(
@@ -242,6 +295,7 @@ export const serve = (options: Options = {}): Effect.Effect<Bound, ServeError, R
     const loopback = yield* checkHost(host, port, options.exposed ?? false)
     const viewer = yield* app({
       ...(options.interval === undefined ? {} : { interval: options.interval }),
+      ...(options.decider === undefined ? {} : { decider: options.decider }),
       ...(loopback ? { loopbackOnly: { boundName: host } } : {})
     })
     const nodeServer = Http.createServer()

@@ -6,10 +6,13 @@
  *
  * @since 0.1.0
  */
+import * as Approval from "@polyloop/core/Approval"
 import type { Budget } from "@polyloop/core/Budget"
 import type { RunId } from "@polyloop/core/Ids"
+import type * as ModelReply from "@polyloop/core/ModelReply"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -39,6 +42,10 @@ export interface Transcript {
   readonly snapshot: Option.Option<Snapshot.Snapshot>
   readonly steps: ReadonlyArray<Step>
   readonly resumes: ReadonlyArray<RunLog.RunResumed>
+  /** Approval requests and decisions, in write order (design 0160). */
+  readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
+  /** The calls waiting for a person's decision (a suspended run). */
+  readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
 }
 
@@ -77,6 +84,8 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         snapshot: decodeSnapshot(started.snapshot),
         steps,
         resumes: log.resumes,
+        approvals: log.approvals,
+        waiting: Approval.waiting(log),
         finished: log.finished
       }
     }))
@@ -115,6 +124,15 @@ export const statusLine = (style: Style, summary: RunLogStore.RunSummary): strin
 
 const label = (style: Style, name: string) => style.dim(name.padEnd(13))
 
+/** `120+40 tokens, 100 cached, 30 reasoning`: the billed counts, then the details the provider gave (design 0140). */
+const usageFacts = (usage: ModelReply.Usage): string =>
+  [
+    `${usage.inputTokens}+${usage.outputTokens} tokens`,
+    usage.cachedInputTokens === undefined || usage.cachedInputTokens === 0 ? undefined : `${usage.cachedInputTokens} cached`,
+    usage.cacheWriteInputTokens === undefined ? undefined : `${usage.cacheWriteInputTokens} cache write`,
+    usage.reasoningTokens === undefined || usage.reasoningTokens === 0 ? undefined : `${usage.reasoningTokens} reasoning`
+  ].filter((fact) => fact !== undefined).join(", ")
+
 const block = (style: Style, name: string, text: string): string => `  ${label(style, name)}${Format.indent(text === "" ? style.dim("(empty)") : text, 15)}`
 
 /** The transcript as text. */
@@ -139,14 +157,19 @@ export const render = (style: Style, transcript: Transcript): string => {
       lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
     }
     const usage = step.reply?.reply.usage
+    const finishReason = step.reply?.reply.finishReason
+    const rawFinishReason = step.reply?.reply.rawFinishReason
     const facts = [
       step.completed === undefined ? undefined : Format.duration(step.completed.elapsed),
-      usage === undefined ? undefined : `${usage.inputTokens}+${usage.outputTokens} tokens`
+      usage === undefined ? undefined : usageFacts(usage),
+      finishReason === undefined ? undefined : `finish ${finishReason}${rawFinishReason === undefined ? "" : ` (${rawFinishReason})`}`
     ].filter((fact) => fact !== undefined)
     lines.push("", `${style.bold(`step ${step.step}`)}  ${style.dim(facts.join(" · "))}`)
     if (step.reply !== undefined) {
       const reply = step.reply.reply
+      if (reply.reasoning !== undefined) lines.push(block(style, "reasoning", reply.reasoning))
       lines.push(block(style, "reply", reply.text))
+      if (reply.refusal !== undefined) lines.push(block(style, "refusal", reply.refusal))
       for (const call of reply.toolCalls) lines.push(block(style, "tool call", `${call.name}(${call.argumentsText}) [${call.id}]`))
     }
     if (step.completed === undefined) {
@@ -206,6 +229,8 @@ export const render = (style: Style, transcript: Transcript): string => {
 const encodeUsage = (usage: { readonly inputTokens: number; readonly outputTokens: number }) => ({ input: usage.inputTokens, output: usage.outputTokens })
 const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
+const encodeForkedFrom = Schema.encodeSync(RunLog.ForkedFrom)
+const encodeWaiting = Schema.encodeSync(Approval.Waiting)
 
 /**
  * The transcript as a JSON value (`polyloop show --json`, and the run document of `polyloop
@@ -226,6 +251,9 @@ export const toJson = (transcript: Transcript): unknown => {
     budget: budget === undefined ? null : Schema.encodeSync(Snapshot.Snapshot.fields.agent.fields.budget)(budget),
     used: { steps: summary.steps, effectiveSteps: summary.effectiveSteps, tokens: summary.tokens, elapsed: summary.elapsed },
     resumes: transcript.resumes.map((resume) => ({ fromStep: resume.fromStep, at: resume.at })),
+    forkedFrom: transcript.started.forkedFrom === undefined ? null : encodeForkedFrom(transcript.started.forkedFrom),
+    approvals: transcript.approvals.map((record) => encodeRecord(record)),
+    waiting: transcript.waiting.map((waiting) => encodeWaiting(waiting)),
     steps: transcript.steps.map((step) => ({
       step: step.step,
       completed: step.completed !== undefined,
@@ -246,9 +274,5 @@ export type ExportFormat = "json" | "jsonl"
  * A run's records as the store encodes them, in sequence order: `jsonl` is one record per line;
  * `json` is one document `{ runId, records }`. Both end with a newline.
  */
-export const exportLog = (runId: RunId, log: RunLog.RunLog, format: ExportFormat): string => {
-  const records = RunLog.records(log).map((record) => RunLogStore.encodeRecord(record))
-  return format === "jsonl"
-    ? records.map((line) => `${line}\n`).join("")
-    : `${JSON.stringify({ runId, records: records.map((line) => JSON.parse(line) as unknown) }, null, 2)}\n`
-}
+export const exportLog = (_runId: RunId, log: RunLog.RunLog, format: ExportFormat): string =>
+  format === "jsonl" ? LogFile.toJsonl(log) : LogFile.toJson(log)

@@ -5,6 +5,11 @@
  */
 
 /**
+ * The approval commands (design 0160): `polyloop pending` lists the calls suspended runs wait for, with their arguments and action hash; `polyloop approve RUN CALL` and `polyloop reject RUN CALL --reason …` record a decision with `Agent.decide` (the next `Agent.run` of the run, or a worker, resumes it). `--hash` binds the decision to the action the person saw: a prefix of at least 8 characters of the hash `pending` shows; another action's hash is refused.
+ */
+export * as Approvals from "./Approvals.js"
+
+/**
  * The `polyloop` command (`@effect/cli`): `demo` runs an example agent durably (and can kill itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's transcript; `export` writes a run's records as JSON or JSON lines; `serve` shows them in the browser. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and the ones that print take `--json` for machine output.
  */
 export * as Cli from "./Cli.js"
@@ -48,3 +53,8 @@ export * as Style from "./Style.js"
  * The transcript of a run, read back from its log (what `polyloop show` prints): each step's reply, decision, action, status, the observation that entered history (marked when synthetic) and, for audit, the executor's own text; the resumes where they happened; the budget and what was used of it. Also the export of a run's records as JSON or JSON lines.
  */
 export * as Transcript from "./Transcript.js"
+
+/**
+ * `polyloop verify [RUN | --all]`: reads runs' logs in full — every record decoded with its schema — and checks them: sequence numbers without gap or duplicate, the first record a `RunStarted`, every result with its step and every step with its result (atomicity), steps in order, nothing after `RunFinished`, and the store's summary of the run against its log (`RunLogAudit`). Prints one line per problem (`<run>: <problem>`) and exits non-zero when there is any; prints how many runs were verified when there is none.
+ */
+export * as Verify from "./Verify.js"

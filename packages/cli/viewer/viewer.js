@@ -60,10 +60,14 @@ const stopReasonLabel = (reason) => {
 
 const stopReasonClass = (reason) => (!reason ? "" : reason._tag === "Completed" ? "completed" : reason._tag === "EnvError" ? "enverror" : "budget")
 
+const statusTitles = {
+  Unfinished: "running now, or stopped before its end (a resume with the same run id continues it)",
+  Suspended: "waiting for a person's decision on a call; the run goes on when it is run again after the decision"
+}
+
 const statusBadge = (status) => {
-  const label = status === "Unfinished" ? "unfinished" : String(status).toLowerCase()
-  const title = status === "Unfinished" ? "running now, or stopped before its end (a resume with the same run id continues it)" : undefined
-  return el("span", { class: `badge ${label}`, title }, label)
+  const label = String(status).toLowerCase()
+  return el("span", { class: `badge ${label}`, title: statusTitles[status] }, label)
 }
 
 const json = (value) => JSON.stringify(value, null, 2) ?? "undefined"
@@ -84,6 +88,13 @@ const getJson = async (url) => {
     throw error
   }
   return body
+}
+
+const postJson = async (url, body) => {
+  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json" }, body: JSON.stringify(body) })
+  const answer = await response.json().catch(() => null)
+  if (!response.ok) throw new Error(answer?.error?.message ?? `${response.status} ${response.statusText}`)
+  return answer
 }
 
 const setConnection = (text, live) => {
@@ -122,7 +133,7 @@ const renderList = (data, params) => {
   const filters = el(
     "form",
     { class: "filters", id: "filters" },
-    select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s.toLowerCase()])),
+    select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s === "Suspended" ? "suspended (waiting for a decision)" : s.toLowerCase()])),
     select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
     select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`)
@@ -237,10 +248,13 @@ const renderDecision = (decision) => {
   }
 }
 
+/** The actions of an `Act` decision: one, or several once a reply may hold parallel calls. */
+const actionsOf = (decision) => (Array.isArray(decision.actions) ? decision.actions : decision.action ? [decision.action] : [])
+
 /** The results of a step: one per action (a step may hold several once parallel calls exist). */
 const resultsOf = (step) => (Array.isArray(step.results) ? step.results : step.result ? [step.result] : [])
 
-const renderResult = (result, step, replayPolicyOf) => {
+const renderResult = (result, step, replayPolicyOf, label) => {
   const outcome = result.outcome
   const notes = []
   if (step.settledOnResume) {
@@ -254,7 +268,7 @@ const renderResult = (result, step, replayPolicyOf) => {
   if (result.handlerFailed) notes.push("the handler failed")
   if (outcome.envReportedCompletion) notes.push("the environment reported completion")
   const parts = [
-    row("action", el("ul", { class: "actions" }, renderAction(result.action))),
+    row(label, el("ul", { class: "actions" }, renderAction(result.action))),
     row("status", el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status), notes.map((n) => el("span", { class: "note" }, n))),
     row(
       "observation",
@@ -277,7 +291,8 @@ const renderResult = (result, step, replayPolicyOf) => {
 
 const renderStep = (step, context) => {
   const results = resultsOf(step)
-  const statusClass = !step.completed ? "s-pending" : results.length === 0 ? "s-none" : `s-${results[results.length - 1].outcome.status}`
+  const worst = ["EnvError", "NotExecuted", "Executed"].find((status) => results.some((r) => r.outcome.status === status))
+  const statusClass = !step.completed ? "s-pending" : worst === undefined ? "s-none" : `s-${worst}`
   const facts = []
   if (step.tokens) facts.push(`${step.tokens.input + step.tokens.output} tokens (${step.tokens.input} in, ${step.tokens.output} out)`)
   if (step.completion) facts.push(duration(step.completion.elapsed))
@@ -296,6 +311,24 @@ const renderStep = (step, context) => {
     }
     if (reply.finishReason) node.append(row("finish reason", el("code", {}, reply.finishReason)))
   }
+  for (const request of context.approvals.filter((r) => r._tag === "ApprovalRequested" && r.step === step.step)) {
+    const decided = context.approvals.find((d) => d._tag === "ApprovalDecided" && d.callId === request.callId && d.actionHash === request.actionHash)
+    node.append(
+      row(
+        "approval",
+        el("span", { class: "note" }, `call ${request.callId} needed a person's decision (requested ${time(request.at)})`),
+        decided
+          ? el(
+            "div",
+            { class: "decision-made" },
+            el("span", { class: `badge ${decided.decision._tag === "Approve" ? "completed" : "enverror"}` }, decided.decision._tag === "Approve" ? "approved" : "rejected"),
+            el("span", { class: "note" }, `by ${decided.by}, ${time(decided.at)}`),
+            decided.decision._tag === "Reject" ? pre(decided.decision.reason) : null
+          )
+          : el("span", { class: "badge suspended" }, "waiting for a decision")
+      )
+    )
+  }
   if (!step.completed) {
     node.append(
       el(
@@ -303,6 +336,8 @@ const renderStep = (step, context) => {
         { class: "waiting" },
         context.finished
           ? "The reply is logged but the step never completed."
+          : context.suspended
+          ? "The reply is logged; the step waits for a person's decision on its calls (above), then for the run to be run again."
           : "The reply is logged; the step has not completed yet (it is running now, or the process stopped mid-step and a resume will settle it)."
       )
     )
@@ -310,8 +345,12 @@ const renderStep = (step, context) => {
   }
   const decision = step.completion.decision
   if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
-  if (results.length > 0) for (const result of results) node.append(...renderResult(result, step, context.replayPolicyOf))
-  else if (decision._tag === "Act") node.append(row("action", el("ul", { class: "actions" }, renderAction(decision.action))))
+  // A reply may call several tools (one result each, in call order): each is labelled "action i of n".
+  const called = decision._tag === "Act" ? Math.max(actionsOf(decision).length, results.length) : results.length
+  if (results.length > 0) {
+    results.forEach((result, i) => node.append(...renderResult(result, step, context.replayPolicyOf, called > 1 ? `action ${i + 1} of ${called}` : "action")))
+  }
+  else if (decision._tag === "Act") node.append(row(actionsOf(decision).length > 1 ? "actions" : "action", el("ul", { class: "actions" }, actionsOf(decision).map(renderAction))))
   return node
 }
 
@@ -378,6 +417,60 @@ const renderSnapshot = (transcript) => {
   )
 }
 
+/** Who decides, remembered by the browser (the server records its own default when empty). */
+const deciderKey = "polyloop.decider"
+
+/** The calls waiting for a decision, each with Approve / Reject (POST /api/runs/<id>/decisions). */
+const renderWaiting = (transcript) => {
+  const by = el("input", { type: "text", name: "by", placeholder: "your name (default: the server's user)", value: localStorage.getItem(deciderKey) ?? "" })
+  by.addEventListener("change", () => localStorage.setItem(deciderKey, by.value.trim()))
+  const calls = transcript.waiting.map((waiting) => {
+    const reason = el("input", { type: "text", name: "reason", placeholder: "why not (told to the model)" })
+    const approve = el("button", { type: "button", class: "approve" }, "Approve")
+    const reject = el("button", { type: "button", class: "reject" }, "Reject")
+    const outcome = el("span", { class: "note outcome", role: "status" })
+    const decide = async (decision) => {
+      if (decision === "Reject" && reason.value.trim() === "") {
+        outcome.textContent = "say why it is rejected: the model is told"
+        reason.focus()
+        return
+      }
+      approve.disabled = reject.disabled = true
+      outcome.textContent = "recording…"
+      try {
+        const answer = await postJson(`/api/runs/${encodeURIComponent(transcript.runId)}/decisions`, {
+          callId: waiting.callId,
+          decision,
+          actionHash: waiting.actionHash,
+          by: by.value.trim(),
+          ...(decision === "Reject" ? { reason: reason.value.trim() } : {})
+        })
+        outcome.textContent = `${decision === "Approve" ? "approved" : "rejected"} by ${answer.decided.by}; the run goes on when it is run again`
+      } catch (error) {
+        approve.disabled = reject.disabled = false
+        outcome.textContent = `not recorded: ${error.message}`
+      }
+    }
+    approve.addEventListener("click", () => void decide("Approve"))
+    reject.addEventListener("click", () => void decide("Reject"))
+    return el(
+      "li",
+      { class: "waiting-call", "data-call": waiting.callId },
+      el("div", {}, el("code", {}, waiting.tool), el("span", { class: "note" }, `call ${waiting.callId} · step ${waiting.step} · requested ${time(waiting.requestedAt)}`)),
+      waiting.action._tag === "ToolCall" ? pre(json(waiting.action.arguments), { class: "arguments" }) : pre(waiting.action.code, { class: "code" }),
+      el("div", { class: "decide" }, approve, reject, reason, outcome)
+    )
+  })
+  return el(
+    "div",
+    { class: "panel approvals", id: "waiting-calls" },
+    el("h2", {}, "Waiting for a decision"),
+    el("p", { class: "muted" }, "These calls run only once a person approves them. A decision is recorded in the run's log; the run goes on when it is run again (Agent.run with the same run id)."),
+    el("label", { class: "by" }, "Decided by ", by),
+    el("ul", { class: "actions" }, calls)
+  )
+}
+
 const renderHeader = (transcript, live) => {
   const summary = transcript.summary
   const reason = summary.stopReason
@@ -387,6 +480,19 @@ const renderHeader = (transcript, live) => {
     ["started", el("span", { class: "mono" }, time(transcript.startedAt))],
     ["step time", el("span", {}, duration(summary.elapsed))]
   ]
+  if (transcript.forkedFrom) {
+    const from = transcript.forkedFrom
+    facts.push([
+      "forked from",
+      el(
+        "span",
+        { id: "forked-from" },
+        el("a", { href: runHref(from.runId) }, from.runId),
+        ` at step ${from.step}`,
+        el("span", { class: "note" }, from.differences.length === 0 ? "same configuration" : `${from.differences.length} difference(s) in the snapshot: ${from.differences.map((d) => d.path).join(", ")}`)
+      )
+    ])
+  }
   if (transcript.resumes.length > 0) facts.push(["resumes", el("span", {}, `${transcript.resumes.length}× (at step ${transcript.resumes.map((r) => r.fromStep).join(", ")})`)])
   if (reason) facts.push(["stop reason", el("span", { class: `badge ${stopReasonClass(reason)}`, id: "stop-reason" }, stopReasonLabel(reason))])
   if (reason && reason._tag === "Completed" && typeof reason.answer === "string") facts.push(["answer", pre(reason.answer)])
@@ -406,6 +512,7 @@ const renderHeader = (transcript, live) => {
     "div",
     { id: "run-header" },
     el("h1", {}, "run ", el("span", { class: "mono", id: "run-id" }, transcript.runId)),
+    (transcript.waiting ?? []).length > 0 ? renderWaiting(transcript) : null,
     el("div", { class: "panel" }, el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])), el("h2", {}, "Budget used"), budgets),
     el("div", { class: "panel" }, el("h2", {}, "Task"), pre(transcript.task, { class: "task" }))
   )
@@ -420,7 +527,43 @@ const makeRunView = () => {
   const rendered = new Map()
   let snapshotHash = null
   let lastChange = null
-  main.replaceChildren(header, snapshotSlot, el("h2", {}, "Steps"), steps, footer)
+  const forksSlot = el("div", { id: "forks" })
+  main.replaceChildren(header, snapshotSlot, forksSlot, el("h2", {}, "Steps"), steps, footer)
+  let forksShown = null
+  const showForks = async (runId) => {
+    try {
+      const { forks } = await getJson(`/api/runs/${encodeURIComponent(runId)}/forks`)
+      const key = JSON.stringify(forks)
+      if (key === forksShown) return
+      forksShown = key
+      forksSlot.replaceChildren(
+        ...(forks.length === 0
+          ? []
+          : [el(
+            "div",
+            { class: "panel" },
+            el("h2", {}, `Forks (${forks.length})`),
+            el(
+              "ul",
+              { class: "fork-list" },
+              forks.map((fork) =>
+                el(
+                  "li",
+                  {},
+                  el("a", { href: runHref(fork.runId) }, fork.runId),
+                  ` from step ${fork.step} `,
+                  statusBadge(fork.status),
+                  fork.stopReasonLabel ? el("span", { class: "note" }, fork.stopReasonLabel) : null,
+                  el("span", { class: "note" }, fork.differences === 0 ? "same configuration" : `${fork.differences} snapshot difference(s)`)
+                )
+              )
+            )
+          )])
+      )
+    } catch (error) {
+      showProblem(`cannot list the forks: ${error.message}`)
+    }
+  }
   return {
     waiting: (runId) => {
       header.replaceChildren(el("h1", {}, "run ", el("span", { class: "mono" }, runId)), el("p", { class: "waiting", id: "waiting" }, "No run with this id in the store yet; waiting for it to start…"))
@@ -433,17 +576,18 @@ const makeRunView = () => {
       const head = renderHeader(transcript, live)
       header.replaceChildren(head)
       sizeBars(head, transcript)
+      void showForks(transcript.runId)
       if (snapshotHash !== transcript.snapshotHash) {
         snapshotHash = transcript.snapshotHash
         snapshotSlot.replaceChildren(renderSnapshot(transcript))
       }
       const tools = new Map((transcript.snapshot?.tools ?? []).map((tool) => [tool.name, tool.replayPolicy]))
-      const context = { finished, replayPolicyOf: (name) => tools.get(name) }
+      const context = { finished, suspended: transcript.summary.status === "Suspended", approvals: transcript.approvals ?? [], replayPolicyOf: (name) => tools.get(name) }
       const resumesAt = (index) => transcript.resumes.filter((r) => r.fromStep === index)
       const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40
       let previous = null
       for (const step of transcript.steps) {
-        const key = JSON.stringify([step, resumesAt(step.step), finished && !step.completed])
+        const key = JSON.stringify([step, resumesAt(step.step), finished, context.suspended, context.approvals.filter((a) => a.step === step.step)])
         const known = rendered.get(step.step)
         let node = known?.node
         if (known === undefined || known.key !== key) {

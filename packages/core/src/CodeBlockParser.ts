@@ -221,10 +221,11 @@ export const decide = (options: Options): ((reply: ModelReply) => ParsedReply.Pa
   const finalLine = (text: string, outside: Fence.Scan["outside"]): string | undefined => {
     const marker = r.finalAnswer.line
     if (marker === null) return undefined
-    for (const line of outside) {
-      const trimmed = line.text.trimStart()
+    for (let k = 0; k + 1 < outside.length; k += 2) {
+      const line = text.slice(outside[k], outside[k + 1])
+      const trimmed = line.trimStart()
       if (trimmed.startsWith(marker)) {
-        const at = line.offset + (line.text.length - trimmed.length) + marker.length
+        const at = outside[k]! + (line.length - trimmed.length) + marker.length
         return text.slice(at).trim()
       }
     }

@@ -175,7 +175,7 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
     const candidates = Json.findObjectCandidates(text)
     const attempts: Array<
       | { readonly _tag: "Object"; readonly value: Readonly<Record<string, unknown>> }
-      | { readonly _tag: "Malformed"; readonly problem: string; readonly source: string }
+      | { readonly _tag: "Malformed"; readonly start: number; readonly end: number; readonly source: string }
       | { readonly _tag: "Unterminated"; readonly source: string }
     > = []
     for (const candidate of candidates) {
@@ -184,10 +184,14 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
         attempts.push({ _tag: "Unterminated", source })
         continue
       }
-      const parsed = Json.parse(text, candidate.start, candidate.end)
-      if (parsed._tag === "Ok" && Json.isObject(parsed.value)) attempts.push({ _tag: "Object", value: parsed.value })
-      else if (parsed._tag === "Error" && Json.looksLikeObject(text, candidate.start)) {
-        attempts.push({ _tag: "Malformed", problem: parsed.problem, source })
+      // Candidates are disjoint, so trying each is linear in the text; the problem of a
+      // malformed one is described only if it is the one reported (describing locates it by
+      // line from the start of the text: describing every one would be quadratic).
+      const parsed = Json.opensObject(text, candidate.start) ? Json.tryParse(text, candidate.start, candidate.end) : undefined
+      if (parsed !== undefined) {
+        if (Json.isObject(parsed.value)) attempts.push({ _tag: "Object", value: parsed.value })
+      } else if (Json.looksLikeObject(text, candidate.start)) {
+        attempts.push({ _tag: "Malformed", start: candidate.start, end: candidate.end, source })
       }
       // Otherwise: braces in prose, not an attempt at JSON.
     }
@@ -205,10 +209,13 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
         return ParsedReply.invalid(
           `Your JSON object starting with ${excerpt(attempt.source)} is not closed (a "}" is missing; was the reply cut off?). ${howTo}`
         )
-      case "Malformed":
+      case "Malformed": {
+        const parsed = Json.parse(text, attempt.start, attempt.end)
+        const problem = parsed._tag === "Error" ? parsed.problem : "it is not valid JSON"
         return ParsedReply.invalid(
-          `Your JSON object starting with ${excerpt(attempt.source)} is not valid JSON: ${attempt.problem}. ${howTo}`
+          `Your JSON object starting with ${excerpt(attempt.source)} is not valid JSON: ${problem}. ${howTo}`
         )
+      }
       case "Object":
         return interpret(attempt.value)
     }

@@ -40,6 +40,12 @@ const decodeLine = Schema.decodeUnknownEither(Schema.parseJson(RunLog.RunRecord)
 /** The JSON-lines text of a log: each record as the store encodes it, one per line. */
 export const toJsonl = (log: RunLog.RunLog): string => RunLog.records(log).map((record) => `${encodeRecord(record)}\n`).join("")
 
+/** The JSON text of a log: `{ runId, records }`, the records as the store encodes them, indented. */
+export const toJson = (log: RunLog.RunLog): string => {
+  const runId = Option.match(log.started, { onNone: () => "", onSome: (started) => started.runId })
+  return `${JSON.stringify({ runId, records: RunLog.records(log).map((record) => JSON.parse(encodeRecord(record)) as unknown) }, null, 2)}\n`
+}
+
 /** Reads a JSON-lines file's runs (blank lines are skipped); fails on the first line that does not fit. */
 export const parse = (text: string): Effect.Effect<ReadonlyArray<FileRun>, InvalidLogFile> =>
   Effect.suspend(() => {

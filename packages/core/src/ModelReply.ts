@@ -160,3 +160,20 @@ export const make = (fields: {
 
 /** Whether the reply was cut off by the output token limit. */
 export const isTruncated = (reply: ModelReply): boolean => reply.finishReason === "length"
+
+const vocabulary: ReadonlySet<unknown> = new Set<unknown>(FinishReason.literals)
+
+/**
+ * A reply as stored, read without running the schema (the store's trusted read path): a
+ * pre-0140 raw finish reason is normalised with the raw word moved to `rawFinishReason`, as the
+ * schema's decoding does; a reply in today's shape is returned as it is (one lookup).
+ */
+export const fromStored = <A extends { readonly finishReason?: unknown; readonly rawFinishReason?: unknown }>(reply: A): A => {
+  const finishReason = reply.finishReason
+  if (finishReason === undefined || typeof finishReason !== "string" || vocabulary.has(finishReason)) return reply
+  return {
+    ...reply,
+    finishReason: normaliseFinishReason(finishReason),
+    ...(reply.rawFinishReason === undefined ? { rawFinishReason: finishReason } : {})
+  }
+}

@@ -43,6 +43,7 @@ import type { RunId } from "./Ids.js"
 import * as Approvals from "./internal/approvals.js"
 import { formatIssues } from "./internal/issues.js"
 import * as RecordJson from "./internal/recordJson.js"
+import * as ModelReply from "./ModelReply.js"
 import { totalTokens } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
@@ -188,6 +189,14 @@ const outOfSequence = (runId: RunId, index: number, seq: unknown) =>
 const firstNotStarted = (runId: RunId) =>
   Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: the first record is not RunStarted` }))
 
+/** A stored `ModelReplied` whose reply may be in the pre-0140 shape (a raw finish reason): read as today's. */
+const storedReplied = (value: object): object => {
+  const reply = (value as { readonly reply?: unknown }).reply
+  if (typeof reply !== "object" || reply === null) return value
+  const read = ModelReply.fromStored(reply as { readonly finishReason?: unknown })
+  return read === reply ? value : { ...value, reply: read }
+}
+
 /**
  * Reads stored JSON texts into a log, trusting what the store wrote (see the module header):
  * each text must parse to an object with a known `_tag` (else `Decode`), sequence numbers must
@@ -212,7 +221,7 @@ export const decodeLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Ef
         return notDecodable(runId, i, `${JSON.stringify(record._tag) ?? "a missing _tag"} is not a record kind`)
       }
       if (record.seq !== i) return outOfSequence(runId, i, record.seq)
-      records[i] = value as RunLog.RunRecord
+      records[i] = (record._tag === "ModelReplied" ? storedReplied(value) : value) as RunLog.RunRecord
     }
     if (records.length > 0 && records[0]!._tag !== "RunStarted") return firstNotStarted(runId)
     return Effect.succeed(RunLog.fromRecords(records))

@@ -95,7 +95,7 @@ export * as Message from "./Message.js"
 export * as ModelClient from "./ModelClient.js"
 
 /**
- * What the model returned, exactly as logged.
+ * What the model returned, exactly as logged (design 0140): text, native tool calls, usage, the finish reason in one vocabulary across providers with the provider's own word kept, and what else a provider returns that the run must not lose (a refusal, reasoning text).
  */
 export * as ModelReply from "./ModelReply.js"
 
@@ -125,6 +125,11 @@ export * as Replay from "./Replay.js"
 export * as RunLog from "./RunLog.js"
 
 /**
+ * Checks of a run's log beyond decoding: the rules the loop and the store keep, which a log damaged outside them (a record deleted or edited by hand, a file restored from a partial copy, a store with a bug) breaks. Used by `polyloop verify` and `polyloop runs`, and by the crash suites to check every log they leave.
+ */
+export * as RunLogAudit from "./RunLogAudit.js"
+
+/**
  * The run log store port (SPEC §7), split into the loop-facing service and a small backend that adapters implement. `make(backend)` adds record encoding, decoding and the sequence checks once, for every backend.
  */
 export * as RunLogStore from "./RunLogStore.js"
@@ -133,6 +138,11 @@ export * as RunLogStore from "./RunLogStore.js"
  * The snapshot of a run (SPEC §8): everything the model can see or that decides what it sees, as canonical JSON (sorted keys, no whitespace) with its SHA-256. `RunStarted` records it; a resume computes it again and refuses to continue under another configuration.
  */
 export * as Snapshot from "./Snapshot.js"
+
+/**
+ * Statistics of finished runs (design 0170) — the table a paper's "how did runs end" paragraph needs. Runs are grouped by agent name and snapshot hash (one configuration); per group: the number of runs, the stop-reason distribution (`Completed(Tool|Environment|Answer)`, each `BudgetExhausted(<budget>)`, `EnvError`), steps / effective steps / tokens as median, p90 (nearest rank) and max, and how many runs were resumed and how often. Numbers come from each run's `RunFinished` counters (what the run itself recorded).
+ */
+export * as Stats from "./Stats.js"
 
 /**
  * Why a run stopped. A run that broke never looks like a run that ran out of budget.
@@ -158,3 +168,8 @@ export * as ToolContext from "./ToolContext.js"
  * The tool registry (design 0008): the tools the model may call, their JSON Schemas, pure validation of calls, narrowing, and the derived executor.
  */
 export * as ToolRegistry from "./ToolRegistry.js"
+
+/**
+ * Trajectory exports of a run log (design 0170), for tools outside polyloop:
+ */
+export * as Trajectory from "./Trajectory.js"

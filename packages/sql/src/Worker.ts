@@ -37,6 +37,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Agent from "@polyloop/core/Agent"
+import type * as Approval from "@polyloop/core/Approval"
 import { ActionExecutor } from "@polyloop/core/ActionExecutor"
 import { InvalidRunRequest, type RunError, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
@@ -53,12 +54,16 @@ import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as os from "node:os"
+import * as Approvals from "./internal/approvals.js"
 import { migrationStorageFailure, storeError } from "./internal/errors.js"
 import { serialized } from "./internal/migrationLock.js"
 import * as QueueMigrations from "./internal/queueMigrations.js"
 
-/** Where an entry is: waiting, being run, finished, or given up on. */
-export const QueueStatus = Schema.Literal("Pending", "Running", "Done", "Failed")
+/**
+ * Where an entry is: waiting, being run, finished, given up on, or `Suspended`: its run waits for
+ * a person's decision (design 0160) and is taken again once every waiting call is decided.
+ */
+export const QueueStatus = Schema.Literal("Pending", "Running", "Done", "Failed", "Suspended")
 /** @since 0.1.0 */
 export type QueueStatus = typeof QueueStatus.Type
 
@@ -104,6 +109,11 @@ export type Disposition =
   | "Requeue"
   /** `Failed` at once: retrying cannot help (bad payload, configuration changed). */
   | "Fail"
+  /**
+   * `Suspended`: the run waits for a person's decision (`Agent.run` failed with `Suspended`).
+   * Not a failure; taken again once its run has no undecided call (design 0160).
+   */
+  | "Suspend"
 
 /** Tuning of a worker; every duration has a default. */
 export interface WorkerOptions {
@@ -341,7 +351,31 @@ export const serve = <A, E, R>(options: ServeOptions<A, E, R>): Effect.Effect<ne
 
     const skipLocked = sql.onDialectOrElse({ pg: () => sql.literal("FOR UPDATE SKIP LOCKED"), orElse: () => sql.literal("") })
 
-    const take: Effect.Effect<Option.Option<Taken>, StoreError> = Effect.gen(function* () {
+    /**
+     * Suspended entries whose runs no longer wait for a decision go back to `Pending` (design
+     * 0160). Looked at only when the queue holds suspended entries: only `Worker.run` settles
+     * them, over the store that shares this database, so a queue served without a store never
+     * reads the store's tables.
+     */
+    const wake: Effect.Effect<boolean, StoreError> = Effect.gen(function* () {
+      const any = yield* sql`SELECT 1 AS one FROM polyloop_queue WHERE status = 'Suspended' LIMIT 1`.pipe(
+        Effect.mapError(sqlFailure("looking for suspended runs"))
+      )
+      if (any.length === 0) return false
+      const now = yield* Clock.currentTimeMillis
+      const woken = yield* sql<{ run_id: string }>`UPDATE polyloop_queue SET status = 'Pending', available_at = ${now}
+        WHERE status = 'Suspended' AND NOT ${sql.literal(Approvals.awaitingDecision("polyloop_queue"))}
+        RETURNING run_id`.pipe(Effect.mapError(sqlFailure("waking decided runs")))
+      return woken.length > 0
+    })
+
+    const take: Effect.Effect<Option.Option<Taken>, StoreError> = Effect.suspend(() => takeOne).pipe(
+      Effect.flatMap((taken) =>
+        Option.isSome(taken) ? Effect.succeed(taken) : Effect.flatMap(wake, (woken) => (woken ? takeOne : Effect.succeed(taken)))
+      )
+    )
+
+    const takeOne: Effect.Effect<Option.Option<Taken>, StoreError> = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       const token = yield* randomToken
       const staleBefore = now - Duration.toMillis(staleAfter)
@@ -421,6 +455,7 @@ export const serve = <A, E, R>(options: ServeOptions<A, E, R>): Effect.Effect<ne
           const disposition = classify(result.left)
           const error = describe(result.left)
           const later = Effect.map(Clock.currentTimeMillis, (now) => now + retryDelay)
+          if (disposition === "Suspend") return settleWith(taken, { status: "Suspended", error, finished: false })
           if (disposition === "Requeue") {
             return Effect.flatMap(later, (availableAt) => settleWith(taken, { status: "Pending", availableAt, error, finished: false }))
           }
@@ -529,7 +564,7 @@ export interface RunOptions<P, I, E, R> extends WorkerOptions {
 }
 
 /** Why a run failed in a worker. */
-export type RunFailure<E> = RunError | E | ParseResult.ParseError
+export type RunFailure<E> = RunError | Approval.Suspended | E | ParseResult.ParseError
 
 const isTagged = (error: unknown): error is { readonly _tag: string } =>
   typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
@@ -570,8 +605,9 @@ const encodeRunResult = Schema.encodeSync(Agent.RunResult)
 /**
  * Runs the queued runs: `concurrency` fibers take entries, decode the payload, `resolve` it to a
  * request and an executor, and run it with `Agent.run` (resuming it if it was started before).
- * The entry ends `Done` with the encoded `RunResult` as its outcome, or by `classifyRunError` /
- * `classifyResolveError` on failure. Interrupting the returned effect is the graceful shutdown:
+ * The entry ends `Done` with the encoded `RunResult` as its outcome, `Suspended` when the run
+ * waits for a person's decision (taken again, by any worker, once every waiting call is decided;
+ * design 0160), or by `classifyRunError` / `classifyResolveError` on failure. Interrupting the returned effect is the graceful shutdown:
  * runs in flight are interrupted (resumable) and go back to `Pending`. A defect in a run (a
  * parser bug) marks the entry `Failed` and ends the worker. Migrates the queue table first.
  */
@@ -602,6 +638,7 @@ export const run = <P, I, E, R>(
     outcome: encodeRunResult,
     classify: (error) => {
       if (ParseResult.isParseError(error)) return "Fail"
+      if (isTagged(error) && error._tag === "Suspended") return "Suspend"
       if (isTagged(error) && runErrorTags.has(error._tag)) return classifyRunError(error as RunError)
       return classifyResolve(error as E)
     },

@@ -5,7 +5,7 @@
  */
 
 /**
- * The durable run log store on `@effect/sql` (SPEC §7): one backend over `SqlClient` for every dialect, plugged into `RunLogStore.make`, with SQLite (`layerSqlite`, the embedded default) as the first dialect and PostgreSQL (`layerPg`, many workers on many machines sharing one database) as the second.
+ * The durable run log store on `@effect/sql` (SPEC §7): one `RunLogStore.Backend` per SQL dialect, plugged into `RunLogStore.make`, with SQLite (`layerSqlite`, the embedded default) as the first dialect and PostgreSQL (`layerPg`, many workers on many machines sharing one database) as the second. This module is the public API: the layers, the options, `migrate`.
  */
 export * as SqlRunLogStore from "./SqlRunLogStore.js"
 

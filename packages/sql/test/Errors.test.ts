@@ -31,4 +31,11 @@ describe("driver failures as StoreError reasons", () => {
     assert.strictEqual(reasonOf(new Error("something else entirely")), "Unknown")
     assert.strictEqual(reasonOf({ code: "EWHATEVER" }), "Unknown")
   })
+
+  it("a table or column of the store that is gone (SQLite's plain SQLITE_ERROR): SchemaVersion, as on PostgreSQL", () => {
+    assert.strictEqual(reasonOf({ code: "SQLITE_ERROR", message: "no such table: polyloop_records" }), "SchemaVersion")
+    assert.strictEqual(reasonOf({ code: "SQLITE_ERROR", message: "no such column: payload" }), "SchemaVersion")
+    assert.strictEqual(reasonOf({ code: "42P01" }), "SchemaVersion")
+    assert.strictEqual(reasonOf({ code: "SQLITE_ERROR", message: "near \"SELEC\": syntax error" }), "Unknown")
+  })
 })

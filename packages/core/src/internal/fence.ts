@@ -22,8 +22,12 @@ export interface Block {
 /** @internal */
 export interface Scan {
   readonly blocks: ReadonlyArray<Block>
-  /** The lines outside any fence, with their 0-based character offset in the text. */
-  readonly outside: ReadonlyArray<{ readonly text: string; readonly offset: number }>
+  /**
+   * The lines outside any fence, as pairs of 0-based character offsets in the text: the start
+   * of a line, then its end (before `\r\n` or `\n`). Numbers, not line objects, so that a
+   * reply of many lines does not fill the heap with objects only a final-answer marker reads.
+   */
+  readonly outside: ReadonlyArray<number>
 }
 
 const BACKTICK = 0x60
@@ -84,7 +88,7 @@ const dedent = (line: string, indent: number): string => {
  */
 export const scan = (text: string): Scan => {
   const blocks: Array<Block> = []
-  const outside: Array<{ text: string; offset: number }> = []
+  const outside: Array<number> = []
   let current: { open: Opener; line: number; lines: Array<string> } | undefined
   let offset = 0
   let lineNumber = 0
@@ -96,7 +100,7 @@ export const scan = (text: string): Scan => {
     lineNumber++
     if (current === undefined) {
       const open = opener(line)
-      if (open === undefined) outside.push({ text: line, offset })
+      if (open === undefined) outside.push(offset, offset + line.length)
       else current = { open, line: lineNumber, lines: [] }
     } else if (closes(line, current.open)) {
       blocks.push({ language: firstWord(current.open.info), code: current.lines.join("\n"), terminated: true, line: current.line })

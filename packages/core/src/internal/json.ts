@@ -22,6 +22,26 @@ export type ParseResult =
   | { readonly _tag: "Error"; readonly problem: string }
 
 /**
+ * Parses the JSON text `text[start, end)` without describing a failure: linear in the span,
+ * so a scan may try every candidate span of a text (disjoint spans: linear in the text) and
+ * describe only the one it reports (`parse`), since the description locates the problem by
+ * line and column from the start of the text.
+ *
+ * @internal
+ */
+export const tryParse = (text: string, start: number = 0, end: number = text.length): { readonly _tag: "Ok"; readonly value: unknown } | undefined => {
+  const source = start === 0 && end === text.length ? text : text.slice(start, end)
+  // Checked by the scanner first: a `JSON.parse` that throws costs an exception per span,
+  // tens of microseconds each, which brace-dense prose multiplies by its braces.
+  if (depthOf(source) > maxDepth || firstProblem(source) !== undefined) return undefined
+  try {
+    return { _tag: "Ok", value: JSON.parse(source) as unknown }
+  } catch {
+    return undefined
+  }
+}
+
+/**
  * Parses the JSON text `text[start, end)`. On failure, `problem` describes the first syntax
  * error with its line and column in `text` (so positions point into the whole reply), in words that do not depend on the JavaScript engine (V8's messages change between
  * Node versions, and the explanation enters history, which must be reproducible).
@@ -29,16 +49,13 @@ export type ParseResult =
  * @internal
  */
 export const parse = (text: string, start: number = 0, end: number = text.length): ParseResult => {
+  const parsed = tryParse(text, start, end)
+  if (parsed !== undefined) return parsed
   const source = start === 0 && end === text.length ? text : text.slice(start, end)
-  const depth = depthOf(source)
-  if (depth > maxDepth) {
+  if (depthOf(source) > maxDepth) {
     return { _tag: "Error", problem: `it nests deeper than ${maxDepth} levels of objects and arrays` }
   }
-  try {
-    return { _tag: "Ok", value: JSON.parse(source) as unknown }
-  } catch {
-    return { _tag: "Error", problem: diagnose(text, start, end) ?? "it is not valid JSON" }
-  }
+  return { _tag: "Error", problem: diagnose(text, start, end) ?? "it is not valid JSON" }
 }
 
 /**
@@ -99,25 +116,40 @@ type Container = "object" | "array"
 
 /**
  * Describes the first JSON syntax error in `text[start, end)`, or `undefined` when it is valid
- * JSON; positions are lines and columns of `text`. Iterative (an explicit stack), so any
- * nesting depth is safe; linear.
+ * JSON; positions are lines and columns of `text`. Linear in `end` (locating counts lines from
+ * the start of `text`): describe one span of a text, not each of many.
  *
  * @internal
  */
 export const diagnose = (text: string, start: number = 0, end: number = text.length): string | undefined => {
-  const src = start === 0 && end === text.length ? text : text.slice(start, end)
+  const problem = firstProblem(start === 0 && end === text.length ? text : text.slice(start, end))
+  if (problem === undefined) return undefined
+  return problem.at < 0 ? problem.what : `${problem.what} (${locate(text, start + problem.at)})`
+}
+
+/** A syntax problem: what it is and where, as an offset in the scanned source (-1: nowhere). */
+interface Problem {
+  readonly what: string
+  readonly at: number
+}
+
+/**
+ * The first JSON syntax problem of `src`, or `undefined` when it is valid JSON. Iterative (an
+ * explicit stack), so any nesting depth is safe; linear in `src`.
+ */
+const firstProblem = (src: string): Problem | undefined => {
   const n = src.length
   let pos = 0
   const stack: Array<Container> = []
-  const fail = (what: string, at: number = pos): string => `${what} (${locate(text, start + at)})`
+  const fail = (what: string, at: number = pos): Problem => ({ what, at })
   const skip = () => {
     while (pos < n && isWhitespace(src.charCodeAt(pos))) pos++
   }
-  const unexpected = (expected: string): string =>
+  const unexpected = (expected: string): Problem =>
     pos >= n ? fail(`the text ends where ${expected} was expected`) : fail(`expected ${expected} but found ${charAt(src, pos)}`)
 
   /** Scans a string starting at the opening quote; returns an error or undefined. */
-  const scanString = (): string | undefined => {
+  const scanString = (): Problem | undefined => {
     const start = pos
     pos++
     while (pos < n) {
@@ -152,7 +184,7 @@ export const diagnose = (text: string, start: number = 0, end: number = text.len
     return fail("the string is not closed", start)
   }
 
-  const scanNumber = (): string | undefined => {
+  const scanNumber = (): Problem | undefined => {
     if (src.charCodeAt(pos) === 0x2d) pos++
     if (pos >= n || !isDigit(src.charCodeAt(pos))) return unexpected("a digit")
     if (src.charCodeAt(pos) === 0x30) {
@@ -185,7 +217,7 @@ export const diagnose = (text: string, start: number = 0, end: number = text.len
     return false
   }
 
-  const describeKeyProblem = (): string => {
+  const describeKeyProblem = (): Problem => {
     if (pos >= n) return fail("the text ends where a property name was expected")
     const c = src.charCodeAt(pos)
     if (c === 0x27) return fail("property names and strings must use double quotes, not single quotes")
@@ -197,7 +229,7 @@ export const diagnose = (text: string, start: number = 0, end: number = text.len
   // is expected after "{" or ",").
   let state: "value" | "after" | "key" = "value"
   skip()
-  if (pos >= n) return "the text is empty, where a JSON value was expected"
+  if (pos >= n) return { what: "the text is empty, where a JSON value was expected", at: -1 }
   for (;;) {
     if (state === "value") {
       skip()
@@ -296,6 +328,20 @@ export interface Candidate {
   /** Exclusive end. */
   readonly end: number
   readonly terminated: boolean
+}
+
+/**
+ * Can the text at `start` (a `{`) open a valid JSON object: after the brace and whitespace, a
+ * double quote or `}`? A cheap test before parsing a span. Linear over the candidates of
+ * `findObjectCandidates` (the whitespace after one brace ends at the next).
+ *
+ * @internal
+ */
+export const opensObject = (text: string, start: number): boolean => {
+  let i = start + 1
+  while (i < text.length && isWhitespace(text.charCodeAt(i))) i++
+  const c = text.charCodeAt(i)
+  return c === QUOTE || c === CLOSE_BRACE
 }
 
 /**

@@ -34,6 +34,15 @@ const messageOf = (cause: unknown): string => {
   return String(cause)
 }
 
+/**
+ * Is this a SQLite "database is locked" failure (`SQLITE_BUSY*` or `SQLITE_LOCKED*`): another
+ * connection holds a lock this one needs?
+ */
+export const isSqliteBusy = (error: unknown): boolean => {
+  const code = codeOf(driverCause(error))
+  return code !== undefined && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))
+}
+
 /** The innermost driver error: `SqlError` wraps the driver's own error in `cause`. */
 export const driverCause = (error: unknown): unknown => {
   let current = error
@@ -92,12 +101,19 @@ const networkCodes: ReadonlySet<string> = new Set([
  */
 const unavailableMessage = /timeout exceeded when trying to connect|connection terminated|connection timeout/i
 
+/** SQLite's messages for a table, view or column that does not exist. */
+const missingSchemaObject = /^no such (table|column|view): /
+
 /** Classifies a driver failure by its code (or, for the PostgreSQL pool's own failures, its message). */
 export const classify = (error: unknown): Classified => {
   const cause = driverCause(error)
   const code = codeOf(cause)
   if (code === undefined) return { _tag: "Store", reason: unavailableMessage.test(messageOf(cause)) ? "Unavailable" : "Unknown", code }
   if (networkCodes.has(code)) return { _tag: "Store", reason: "Unavailable", code }
+  // SQLite has no code of its own for a missing table or column (plain SQLITE_ERROR): a table
+  // or column of the store that is gone means the schema is not the one this code expects, as
+  // PostgreSQL's 42P01 / 42703 say.
+  if (code === "SQLITE_ERROR" && missingSchemaObject.test(messageOf(cause))) return { _tag: "Store", reason: "SchemaVersion", code }
   const reason = code.startsWith("SQLITE_") ? sqliteReason(code) : /^[0-9A-Z]{5}$/.test(code) ? pgReason(code) : "Unknown"
   return reason === "UniqueViolation" ? { _tag: "UniqueViolation", code } : { _tag: "Store", reason, code }
 }

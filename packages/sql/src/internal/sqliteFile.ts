@@ -7,11 +7,13 @@
  * @internal
  */
 import type { StoreError } from "@polyloop/core/Errors"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as path from "node:path"
-import { storeError } from "./errors.js"
+import { isSqliteBusy, storeError } from "./errors.js"
 
 /** The part of better-sqlite3's `Database` the probe uses. */
 interface Database {
@@ -58,9 +60,27 @@ const openFailure = (filename: string, cause: unknown): StoreError => {
 }
 
 /**
+ * How long to wait before trying the open again after `SQLITE_BUSY`: 5 ms growing to at most
+ * 100 ms, jittered (so that processes that collided once do not collide again in step), for at
+ * most the busy timeout.
+ */
+const busyRetry = (busyTimeoutMillis: number) =>
+  Schedule.exponential(Duration.millis(5), 1.5).pipe(
+    Schedule.union(Schedule.spaced(Duration.millis(100))),
+    Schedule.jittered,
+    Schedule.upTo(Duration.millis(busyTimeoutMillis))
+  )
+
+/**
  * Opens the file, switches it to WAL (a persistent setting) and reads its header, then closes
  * it: a file that is not a database, a directory or file that cannot be written, or a missing
  * directory fails here with a typed error. Creates the file when it does not exist.
+ *
+ * Several processes opening one brand-new file at once all switch it to WAL, which takes the
+ * file's exclusive lock; SQLite does not call the busy handler for that upgrade (the connection
+ * already reads the file, and waiting could deadlock), so the loser gets `SQLITE_BUSY` at once.
+ * The probe then tries again, for up to the busy timeout, as every other write waits for a
+ * lock; only a lock held longer than that fails (`StoreError { reason: "Unavailable" }`).
  */
 export const probe = (filename: string, busyTimeoutMillis: number): Effect.Effect<void, StoreError> =>
   Effect.try({
@@ -78,5 +98,8 @@ export const probe = (filename: string, busyTimeoutMillis: number): Effect.Effec
         db.close()
       }
     },
-    catch: (cause) => openFailure(filename, cause)
-  })
+    catch: (cause) => cause
+  }).pipe(
+    Effect.retry({ schedule: busyRetry(busyTimeoutMillis), while: isSqliteBusy }),
+    Effect.mapError((cause) => openFailure(filename, cause))
+  )

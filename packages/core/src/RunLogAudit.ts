@@ -1,0 +1,112 @@
+/**
+ * Checks of a run's log beyond decoding: the rules the loop and the store keep, which a log
+ * damaged outside them (a record deleted or edited by hand, a file restored from a partial
+ * copy, a store with a bug) breaks. Used by `polyloop verify` and `polyloop runs`, and by the
+ * crash suites to check every log they leave.
+ *
+ * `logProblems` checks the structure of a decoded log (sequence numbers and record kinds are
+ * checked by `RunLogStore.verifyLog` when the log is read):
+ * - atomicity: every `ActionResulted` has its `StepCompleted` (same step, same result id), and
+ *   every `StepCompleted` that names a result has it — a result and its step are written in
+ *   one append, so one without the other is a torn write;
+ * - steps: each `StepCompleted` follows a `ModelReplied` of its step, no step completes twice,
+ *   replies go step by step (a reply for step n + 1 only after step n completed);
+ * - the end: nothing but approvals after `RunFinished`; `RunFinished`'s counters agree with
+ *   the steps.
+ *
+ * `summaryProblems` compares a store's summary of a run (`listRuns`) with the one the log gives
+ * (`RunLogStore.summarize`).
+ *
+ * Every problem is one line of text, naming the record (`record 7`) or field it is about.
+ *
+ * @since 0.1.0
+ */
+import * as Option from "effect/Option"
+import * as RunLog from "./RunLog.js"
+import * as RunLogStore from "./RunLogStore.js"
+
+/** The structural problems of a decoded log, one line each; empty when there are none. */
+export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const records = RunLog.records(log)
+  const stepOf = new Map<string, RunLog.StepCompleted>()
+  for (const step of log.steps) if (step.resultId !== null) stepOf.set(step.resultId, step)
+  const resultOf = new Map<string, RunLog.ActionResulted>()
+  for (const result of log.results) resultOf.set(result.resultId, result)
+
+  for (const result of log.results) {
+    const step = stepOf.get(result.resultId)
+    if (step === undefined) {
+      problems.push(`record ${result.seq}: ActionResulted ${result.resultId} of step ${result.step} has no StepCompleted (a torn step)`)
+    } else if (step.step !== result.step) {
+      problems.push(`record ${result.seq}: ActionResulted ${result.resultId} is of step ${result.step} but completes step ${step.step}`)
+    }
+  }
+  for (const step of log.steps) {
+    if (step.resultId !== null && !resultOf.has(step.resultId)) {
+      problems.push(`record ${step.seq}: StepCompleted of step ${step.step} names result ${step.resultId}, which is not in the log (a torn step)`)
+    }
+  }
+
+  // Replies and completions in order: step n's reply, then (after any resume) its completion.
+  let expected = 0 // the step the next reply is for
+  let replied: number | undefined // the step replied to and not yet completed
+  let finishedAt: number | undefined
+  for (const record of records) {
+    if (finishedAt !== undefined && record._tag !== "ApprovalRequested" && record._tag !== "ApprovalDecided") {
+      problems.push(`record ${record.seq}: ${record._tag} after RunFinished (record ${finishedAt})`)
+      continue
+    }
+    switch (record._tag) {
+      case "ModelReplied":
+        if (replied !== undefined) {
+          problems.push(`record ${record.seq}: a reply for step ${record.step} while step ${replied} has a reply and no StepCompleted`)
+        } else if (record.step !== expected) {
+          problems.push(`record ${record.seq}: a reply for step ${record.step} where step ${expected} was next`)
+        }
+        replied = record.step
+        expected = record.step + 1
+        break
+      case "StepCompleted":
+        if (replied !== record.step) {
+          problems.push(`record ${record.seq}: StepCompleted of step ${record.step} without a reply of that step before it`)
+        }
+        replied = undefined
+        break
+      case "RunFinished":
+        finishedAt = record.seq
+        if (replied !== undefined) problems.push(`record ${record.seq}: RunFinished while step ${replied} has a reply and no StepCompleted`)
+        if (record.counters.steps !== log.steps.length) {
+          problems.push(`record ${record.seq}: RunFinished counts ${record.counters.steps} steps; the log has ${log.steps.length}`)
+        }
+        break
+      default:
+        break
+    }
+  }
+  return problems
+}
+
+const stopTag = (summary: RunLogStore.RunSummary): string => Option.match(summary.stopReason, { onNone: () => "none", onSome: (r) => r._tag })
+
+/**
+ * Where a store's summary of a run disagrees with the summary of its log, one line per field;
+ * empty when they agree. Elapsed time is compared to the millisecond (a store may round it).
+ */
+export const summaryProblems = (summary: RunLogStore.RunSummary, log: RunLog.RunLog): ReadonlyArray<string> => {
+  const fromLog = RunLogStore.summarize(log)
+  if (Option.isNone(fromLog)) return [`the summary lists the run, but its log is empty`]
+  const expected = fromLog.value
+  const problems: Array<string> = []
+  const compare = (field: string, stored: unknown, actual: unknown) => {
+    if (stored !== actual) problems.push(`the summary's ${field} is ${String(stored)}; the log says ${String(actual)}`)
+  }
+  compare("status", summary.status, expected.status)
+  compare("stop reason", stopTag(summary), stopTag(expected))
+  compare("steps", summary.steps, expected.steps)
+  compare("effective steps", summary.effectiveSteps, expected.effectiveSteps)
+  compare("tokens", summary.tokens, expected.tokens)
+  compare("start time", summary.startedAt, expected.startedAt)
+  if (Math.abs(summary.elapsed - expected.elapsed) >= 1) compare("elapsed time", summary.elapsed, expected.elapsed)
+  return problems
+}

@@ -1,0 +1,138 @@
+/**
+ * Statistics of finished runs (design 0170) — the table a paper's "how did runs end" paragraph
+ * needs. Runs are grouped by agent name and snapshot hash (one configuration); per group: the
+ * number of runs, the stop-reason distribution (`Completed(Tool|Environment|Answer)`, each
+ * `BudgetExhausted(<budget>)`, `EnvError`), steps / effective steps / tokens as median, p90
+ * (nearest rank) and max, and how many runs were resumed and how often. Numbers come from each
+ * run's `RunFinished` counters (what the run itself recorded).
+ *
+ * `select` is the run filter shared with `polyloop export --all`.
+ *
+ * @since 0.1.0
+ */
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import type { StoreError } from "./Errors.js"
+import type { RunId } from "./Ids.js"
+import { totalTokens } from "./ModelReply.js"
+import type * as RunLog from "./RunLog.js"
+import { RunLogStore, summarize } from "./RunLogStore.js"
+import * as StopReason from "./StopReason.js"
+
+/** Median, 90th percentile (nearest rank) and maximum of a quantity over a group's runs. */
+export const Distribution = Schema.Struct({ median: Schema.Number, p90: Schema.Number, max: Schema.Number })
+/** @since 0.1.0 */
+export interface Distribution extends Schema.Schema.Type<typeof Distribution> {}
+
+/** The statistics of one configuration (agent name and snapshot hash). */
+export const Group = Schema.Struct({
+  agent: Schema.String,
+  snapshotHash: Schema.String,
+  runs: Schema.NonNegativeInt,
+  /** Runs per stop reason, keyed by `StopReason.format` (`Completed(Tool)`, `BudgetExhausted(Steps)`, `EnvError`). */
+  stopReasons: Schema.Record({ key: Schema.String, value: Schema.NonNegativeInt }),
+  steps: Distribution,
+  effectiveSteps: Distribution,
+  tokens: Distribution,
+  /** Runs resumed at least once. */
+  resumedRuns: Schema.NonNegativeInt,
+  /** Resumes over all runs. */
+  resumes: Schema.NonNegativeInt
+})
+/** @since 0.1.0 */
+export interface Group extends Schema.Schema.Type<typeof Group> {}
+
+/** Which runs: every given criterion must hold. */
+export interface Filter {
+  readonly agent?: string
+  readonly snapshotHash?: string
+  /**
+   * A stop reason as `StopReason.format` writes it (`Completed(Tool)`, `BudgetExhausted(Tokens)`,
+   * `EnvError`) or its kind alone (`Completed`, `BudgetExhausted`); implies a finished run.
+   */
+  readonly stopReason?: string
+  readonly status?: "Finished" | "Unfinished"
+}
+
+/** The agent name a log's snapshot records ("?" if none), as the run summaries give it. */
+export const agentOf = (log: RunLog.RunLog): string => Option.match(summarize(log), { onNone: () => "?", onSome: (summary) => summary.agent })
+
+const matchesStopReason = (reason: StopReason.StopReason, wanted: string): boolean =>
+  StopReason.format(reason) === wanted || reason._tag === wanted
+
+/** Does a (started) log pass the filter? */
+export const matches = (log: RunLog.RunLog, filter: Filter): boolean => {
+  if (Option.isNone(log.started)) return false
+  if (filter.agent !== undefined && agentOf(log) !== filter.agent) return false
+  if (filter.snapshotHash !== undefined && log.started.value.snapshotHash !== filter.snapshotHash) return false
+  if (filter.status !== undefined && (filter.status === "Finished") !== Option.isSome(log.finished)) return false
+  if (filter.stopReason !== undefined) {
+    if (Option.isNone(log.finished) || !matchesStopReason(log.finished.value.stopReason, filter.stopReason)) return false
+  }
+  return true
+}
+
+/** The logs of the store's runs that pass the filter, oldest first. */
+export const select = (filter: Filter = {}): Effect.Effect<ReadonlyArray<RunLog.RunLog>, StoreError, RunLogStore> =>
+  Effect.gen(function*() {
+    const store = yield* RunLogStore
+    const summaries = yield* store.listRuns(filter.status === undefined ? {} : { status: filter.status })
+    const candidates = summaries
+      .filter((summary) => filter.agent === undefined || summary.agent === filter.agent)
+      .slice()
+      .sort((a, b) => a.startedAt - b.startedAt || (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0))
+    const logs: Array<RunLog.RunLog> = []
+    for (const summary of candidates) {
+      const log = yield* store.readLog(summary.runId as RunId)
+      if (matches(log, filter)) logs.push(log)
+    }
+    return logs
+  })
+
+/** Median (mean of the two middle values for an even count), p90 (nearest rank), max; zeros for no values. */
+export const distribution = (values: ReadonlyArray<number>): Distribution => {
+  if (values.length === 0) return { median: 0, p90: 0, max: 0 }
+  const sorted = [...values].sort((a, b) => a - b)
+  const n = sorted.length
+  const median = n % 2 === 1 ? sorted[(n - 1) / 2]! : (sorted[n / 2 - 1]! + sorted[n / 2]!) / 2
+  return { median, p90: sorted[Math.ceil(0.9 * n) - 1]!, max: sorted[n - 1]! }
+}
+
+/** The statistics of the finished runs among `logs` (unfinished ones are left out), grouped and sorted by agent, then snapshot hash. */
+export const compute = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<Group> => {
+  const groups = new Map<string, { agent: string; snapshotHash: string; finished: Array<RunLog.RunFinished> }>()
+  for (const log of logs) {
+    if (Option.isNone(log.started) || Option.isNone(log.finished)) continue
+    const agent = agentOf(log)
+    const snapshotHash = log.started.value.snapshotHash
+    const key = JSON.stringify([agent, snapshotHash])
+    const group = groups.get(key) ?? { agent, snapshotHash, finished: [] }
+    group.finished.push(log.finished.value)
+    groups.set(key, group)
+  }
+  return [...groups.values()]
+    .sort((a, b) => (a.agent < b.agent ? -1 : a.agent > b.agent ? 1 : a.snapshotHash < b.snapshotHash ? -1 : a.snapshotHash > b.snapshotHash ? 1 : 0))
+    .map(({ agent, snapshotHash, finished }): Group => {
+      const stopReasons: Record<string, number> = {}
+      for (const f of finished) {
+        const key = StopReason.format(f.stopReason)
+        stopReasons[key] = (stopReasons[key] ?? 0) + 1
+      }
+      return {
+        agent,
+        snapshotHash,
+        runs: finished.length,
+        stopReasons,
+        steps: distribution(finished.map((f) => f.counters.steps)),
+        effectiveSteps: distribution(finished.map((f) => f.counters.effectiveSteps)),
+        tokens: distribution(finished.map((f) => totalTokens(f.counters.usage))),
+        resumedRuns: finished.filter((f) => f.counters.resumedCount > 0).length,
+        resumes: finished.reduce((sum, f) => sum + f.counters.resumedCount, 0)
+      }
+    })
+}
+
+/** The statistics of the store's finished runs that pass the filter. */
+export const fromStore = (filter: Filter = {}): Effect.Effect<ReadonlyArray<Group>, StoreError, RunLogStore> =>
+  Effect.map(select({ ...filter, status: "Finished" }), compute).pipe(Effect.withSpan("Stats.fromStore"))
