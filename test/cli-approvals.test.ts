@@ -18,33 +18,17 @@ import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
+import { launcher, type Result, spawnNode } from "./support/cli-process.js"
 import { freshDatabaseUrl } from "./support/pg-database.js"
 
-const launcher = fileURLToPath(new URL("../packages/cli/bin/polyloop.js", import.meta.url))
-
-interface Result {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
+const polyloop = (args: ReadonlyArray<string>): Promise<Result> => {
+  const env: NodeJS.ProcessEnv = { ...process.env, USER: "carol" }
+  delete env["FORCE_COLOR"]
+  return spawnNode([launcher, ...args], { env })
 }
-
-const polyloop = (args: ReadonlyArray<string>): Promise<Result> =>
-  new Promise((resolve, reject) => {
-    const env: NodeJS.ProcessEnv = { ...process.env, USER: "carol" }
-    delete env["FORCE_COLOR"]
-    const child = spawn(process.execPath, [launcher, ...args], { env, stdio: ["ignore", "pipe", "pipe"] })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-  })
 
 const run = (args: ReadonlyArray<string>) => Effect.promise(() => polyloop(args))
 

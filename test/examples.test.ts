@@ -7,21 +7,15 @@
  * server's tools, and the real-model example without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { type Result, spawnNode } from "./support/cli-process.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 const tsxCli = createRequire(import.meta.url).resolve("tsx/cli")
-
-interface Result {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
 
 const cleanEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = { ...process.env }
@@ -31,19 +25,7 @@ const cleanEnv = (): NodeJS.ProcessEnv => {
 
 /** `npx tsx examples/<file>` from `cwd`. */
 const example = (file: string, options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}): Promise<Result> =>
-  new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [tsxCli, path.join(root, "examples", file)], {
-      cwd: options.cwd ?? root,
-      env: { ...cleanEnv(), ...options.env },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-  })
+  spawnNode([tsxCli, path.join(root, "examples", file)], { cwd: options.cwd ?? root, env: { ...cleanEnv(), ...options.env } })
 
 const occurrences = (text: string, part: string): number => text.split(part).length - 1
 

@@ -24,6 +24,10 @@
  * (`retry-after`, `retry-after-ms`, `x-ratelimit-reset-*`). Messages name the endpoint, the status
  * and the code, never the API key, a header or any free text of a body.
  *
+ * Why over ~400 lines: the wire format (request body, reply and error parsing) and the client
+ * are one provider adapter, and issue 14 is changing both now; the wire format is to move to
+ * `internal/` once that has landed.
+ *
  * @since 0.1.0
  */
 import * as HttpClient from "@effect/platform/HttpClient"

@@ -10,7 +10,6 @@
 import * as Args from "@effect/cli/Args"
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
-import * as FileSystem from "@effect/platform/FileSystem"
 import { RunId } from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -25,6 +24,7 @@ import { CliError } from "./CliError.js"
 import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
+import * as Research from "./Research.js"
 import * as ServeDefaults from "./internal/viewer/defaults.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
@@ -116,7 +116,8 @@ export const runs = Command.make(
     status: Options.choice("status", ["finished", "unfinished", "suspended"]).pipe(
       Options.optional,
       Options.withDescription("only finished, unfinished, or suspended runs (unfinished and waiting for a decision: see polyloop pending)")
-    )
+    ),
+    forksOf: Options.text("forks-of").pipe(Options.optional, Options.withDescription("only the runs forked from this run (polyloop fork)"))
   },
   (options) =>
     Effect.gen(function*() {
@@ -124,10 +125,14 @@ export const runs = Command.make(
         return yield* new CliError({ message: `--limit must be 0 or more, not ${options.limit.value}` })
       }
       const store = yield* RunLogStore.RunLogStore
-      const summaries = yield* store.listRuns({
-        ...(Option.isSome(options.limit) ? { limit: options.limit.value } : {}),
+      const listed = yield* store.listRuns({
+        ...(Option.isSome(options.limit) && Option.isNone(options.forksOf) ? { limit: options.limit.value } : {}),
         ...(Option.isSome(options.status) ? { status: statusOf[options.status.value] } : {})
       })
+      const forks = Option.isSome(options.forksOf) ? yield* Research.forksOf(options.forksOf.value) : undefined
+      const summaries = forks === undefined
+        ? listed
+        : listed.filter((summary) => forks.has(summary.runId)).slice(0, Option.getOrElse(options.limit, () => listed.length))
       // The summaries come from the store's summary rows; the logs they summarise are checked
       // too (decoded without the record schemas: `polyloop verify` decodes in full), so that a
       // store whose records are damaged does not list as healthy.
@@ -216,40 +221,6 @@ export const show = Command.make(
 )
 
 // -----------------------------------------------------------------------------
-// export
-// -----------------------------------------------------------------------------
-
-/** `polyloop export <runId>`. */
-export const exportRun = Command.make(
-  "export",
-  {
-    db,
-    pg,
-    runId: runIdArg,
-    format: Options.choice("format", ["json", "jsonl"]).pipe(Options.withDefault("jsonl" as const), Options.withDescription("json: one document; jsonl: one record per line")),
-    out: Options.file("out").pipe(Options.optional, Options.withDescription("write to this file instead of standard output"))
-  },
-  (options) =>
-    Effect.gen(function*() {
-      const runId = yield* decodeRunId(options.runId)
-      const store = yield* RunLogStore.RunLogStore
-      // Exported records are checked against their schemas, not only trusted (see RunLogStore).
-      const log = yield* store.readLog(runId, { verify: true })
-      if (Option.isNone(log.started)) {
-        return yield* new CliError({ message: `no run with id ${JSON.stringify(runId)} in the store` })
-      }
-      const text = Transcript.exportLog(runId, log, options.format)
-      if (Option.isNone(options.out)) return yield* Effect.sync(() => process.stdout.write(text))
-      const fs = yield* FileSystem.FileSystem
-      const target = options.out.value
-      yield* fs.writeFileString(target, text).pipe(
-        Effect.mapError((error) => new CliError({ message: `cannot write ${target}: ${error.message}` }))
-      )
-      yield* Console.error(`wrote ${text.length} characters (${options.format}) to ${target}`)
-    }).pipe(Effect.provide(Store.layerExisting(location(options))))
-).pipe(Command.withDescription("Write a run's records (as the store encodes them) as JSON or JSON lines, to standard output or --out."))
-
-// -----------------------------------------------------------------------------
 // serve
 // -----------------------------------------------------------------------------
 
@@ -328,7 +299,11 @@ export const command = Command.make("polyloop").pipe(
     demo,
     runs,
     show,
-    exportRun,
+    Research.exportRuns(common),
+    Research.importLogs(common),
+    Research.replay(common),
+    Research.fork(common),
+    Research.stats(common),
     serve,
     Verify.verify(common),
     Approvals.pending(common),

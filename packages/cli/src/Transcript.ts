@@ -146,6 +146,11 @@ export const render = (style: Style, transcript: Transcript): string => {
   lines.push(`  ${label(style, "started")}${Format.time(started.startedAt)}${transcript.resumes.length > 0 ? `, resumed ${transcript.resumes.length}×` : ""}`)
   Option.map(transcript.snapshot, (snapshot) => lines.push(`  ${label(style, "parser")}${snapshot.parser}`))
   lines.push(`  ${label(style, "snapshot")}sha256 ${started.snapshotHash.slice(0, 16)}…`)
+  if (started.forkedFrom !== undefined) {
+    const parent = started.forkedFrom
+    const changed = parent.differences.length === 0 ? "same configuration" : `changed: ${parent.differences.map((d) => d.path).join(", ")}`
+    lines.push(`  ${label(style, "forked from")}${style.bold(parent.runId)} at step ${parent.step} (${changed})`)
+  }
   lines.push(`  ${label(style, "budget used")}${Format.budgetUsed({ ...summary, elapsed: summary.elapsed }, budget)}`)
   if (Option.isSome(answer)) lines.push(`  ${label(style, "answer")}${Format.indent(answer.value, 15)}`)
   Option.map(Option.flatMap(summary.stopReason, (r) => (r._tag === "EnvError" ? Option.some(r.message) : Option.none())), (message) =>

@@ -23,6 +23,7 @@ import * as Agent from "./Agent.js"
 import { ModelError, type RunError, type StoreError } from "./Errors.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Recorded from "./internal/recorded.js"
+import type { RunId } from "./Ids.js"
 import type * as Message from "./Message.js"
 import { ModelClient, type ModelRequest } from "./ModelClient.js"
 import type { ModelReply } from "./ModelReply.js"
@@ -216,6 +217,16 @@ export interface RunOptions {
 
 /** The services `run` needs: `Agent.run`'s, without the model. */
 export type Requirements = Exclude<Agent.Requirements, ModelClient>
+
+/**
+ * What a program hands `polyloop replay --agent <module>` (exported as `replayTarget`): the run
+ * request for a recorded run (its run id is replaced by the replay's), and the parser,
+ * executor and event sink to run it with (the model is the replay; the store is the command's).
+ */
+export interface Target<E = never> {
+  readonly request: (recorded: { readonly runId: RunId; readonly task: string; readonly snapshot: unknown }) => Omit<Agent.RunRequest, "runId">
+  readonly layer: Layer.Layer<Exclude<Requirements, RunLogStore>, E>
+}
 
 /**
  * Runs `options.request` under `model(options.recorded)` (its log is written to the store in
