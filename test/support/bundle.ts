@@ -34,7 +34,9 @@ export const bundle = (entry: string): Promise<string> => {
       platform: "node",
       format: "esm",
       target: "node20",
-      sourcemap: "inline",
+      // A map beside the bundle, not inside it: an inline map doubles what each child parses
+      // at start-up (node reads the map only with --enable-source-maps).
+      sourcemap: "linked",
       logLevel: "error",
       external: ["better-sqlite3", "pg", "pg-native"],
       // The workspace's packages from their TypeScript source, not their built dist/ (design 0210).

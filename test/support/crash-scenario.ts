@@ -71,13 +71,21 @@ export const agent = (steps: number): AgentDefinition.AgentDefinition =>
     modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) }
   })
 
+/**
+ * Called just before and just after a tool's side effect (the line appended to the side file):
+ * the enumerated crash suite kills its child there.
+ */
+export type EffectHook = (tool: string, phase: "BeforeEffect" | "AfterEffect") => Effect.Effect<void>
+
 /** The tools; each execution is appended to `sideFile`, then the handler takes `work` (real time). */
-export const tools = (sideFile: string, work: Duration.DurationInput) => {
+export const tools = (sideFile: string, work: Duration.DurationInput, hook?: EffectHook) => {
   const record = (tool: string, replay: "Never" | "Always") =>
     Effect.gen(function*() {
       const ctx = yield* ToolContext.ToolContext
       const line: Execution = { runId: ctx.runId, tool, step: ctx.step, callId: ctx.callId, replay, pid: process.pid }
+      if (hook !== undefined) yield* hook(tool, "BeforeEffect")
       yield* Effect.sync(() => fs.appendFileSync(sideFile, JSON.stringify(line) + "\n"))
+      if (hook !== undefined) yield* hook(tool, "AfterEffect")
       yield* Effect.sleep(work)
     })
   const write = Tool.make({
