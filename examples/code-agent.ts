@@ -189,8 +189,8 @@ const print = (event: LoopEvent): Effect.Effect<void> => {
     case "DecisionParsed": {
       const decision = event.decision
       return Console.log(
-        decision._tag === "Act" && decision.action._tag === "CodeAction"
-          ? `step ${event.step}: ${decision.action.language} code\n${decision.action.code.replace(/^/gm, "    | ")}`
+        decision._tag === "Act" && decision.actions[0]._tag === "CodeAction"
+          ? `step ${event.step}: ${decision.actions[0].language} code\n${decision.actions[0].code.replace(/^/gm, "    | ")}`
           : decision._tag === "InvalidDecision"
           ? `step ${event.step}: InvalidDecision (fed back): ${decision.explanation}`
           : `step ${event.step}: ${decision._tag}`

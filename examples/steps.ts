@@ -17,9 +17,9 @@ export const oneLine = (text: string, max = 100): string => {
 const describe = (decision: ParsedReply): string => {
   switch (decision._tag) {
     case "Act":
-      return decision.action._tag === "ToolCall"
-        ? `${decision.action.name} ${JSON.stringify(decision.action.arguments)}`
-        : `${decision.action.language} code`
+      return decision.actions
+        .map((action) => action._tag === "ToolCall" ? `${action.name} ${JSON.stringify(action.arguments)}` : `${action.language} code`)
+        .join(", ")
     case "Finish":
       return `final answer ${JSON.stringify(decision.answer)}`
     case "NoAction":

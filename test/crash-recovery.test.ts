@@ -42,6 +42,9 @@ const MIN_KILLS = 50
 const GROUP_RUNS = 6
 const GROUP_STEPS = 30
 const GROUP_MIN_KILLS = 30
+/** The multi-call test (design 0150): steps of three calls each, kills at least. */
+const MULTI_STEPS = 40
+const MULTI_MIN_KILLS = 50
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-crash-"))),
@@ -105,7 +108,13 @@ const runArgsToEnd = (args: ReadonlyArray<string>) =>
  * each life gets about one step further — until `minKills` kills, or a life finishes. Then the
  * caller runs the child to the end. Returns the kill delays (ms; "r…": after the store opened).
  */
-const killRepeatedly = (args: ReadonlyArray<string>, random: () => number, stepMillis: number, minKills: number) =>
+const killRepeatedly = (
+  args: ReadonlyArray<string>,
+  random: () => number,
+  stepMillis: number,
+  minKills: number,
+  afterKill?: () => Promise<void>
+) =>
   Effect.promise(async () => {
     const delays: Array<string> = []
     let lives = 0
@@ -124,6 +133,7 @@ const killRepeatedly = (args: ReadonlyArray<string>, random: () => number, stepM
       const exit = await child.exited
       if (killed && exit.signal === "SIGKILL") {
         delays.push(`${early ? "r" : ""}${delay.toFixed(1)}`)
+        if (afterKill !== undefined) await afterKill()
         continue
       }
       if (child.lines.some((line) => line.startsWith("finished "))) {
@@ -160,7 +170,8 @@ const killInRounds = <F>(
   random: () => number,
   stepMillis: number,
   minKills: number,
-  maxRounds = 8
+  maxRounds = 8,
+  afterKill?: (files: F) => Promise<void>
 ) =>
   Effect.gen(function*() {
     const rounds: Array<Round<F>> = []
@@ -168,7 +179,13 @@ const killInRounds = <F>(
     let estimate = stepMillis
     while (kills < minKills && rounds.length < maxRounds) {
       const files = filesOf(rounds.length)
-      const { delays, finishedEarly, lives } = yield* killRepeatedly(argsOf(files), random, estimate, minKills - kills)
+      const { delays, finishedEarly, lives } = yield* killRepeatedly(
+        argsOf(files),
+        random,
+        estimate,
+        minKills - kills,
+        afterKill === undefined ? undefined : () => afterKill(files)
+      )
       if (!finishedEarly) yield* runArgsToEnd(argsOf(files))
       else estimate = estimate / 2
       rounds.push({ files, delays, lives })
@@ -218,7 +235,7 @@ const assertPrefixConsistent = (
       case "StepCompleted":
         assert.isTrue(replied, `${where}: a step completed without its reply`)
         assert.strictEqual(r.step, step, where)
-        assert.strictEqual(r.resultId, result?.resultId ?? null, where)
+        assert.deepStrictEqual(r.resultIds, result === null ? [] : [result.resultId], where)
         if (result !== null) assert.strictEqual(result.seq, r.seq - 1, `${where}: the result and the completion are not adjacent`)
         step++
         replied = false
@@ -293,6 +310,59 @@ const checkGroup = (files: Files) =>
     return { resumes, interrupted }
   })
 
+/**
+ * The multi-call log is prefix-consistent: per step one reply, then its results — each call index
+ * at most once, resumes allowed between them — then its completion naming them in call order;
+ * RunFinished last; sequence numbers 0, 1, 2, …
+ */
+const assertMultiConsistent = (log: RunLog.RunLog, rows: ReadonlyArray<{ run_id: string; seq: number }>) => {
+  const records = RunLog.records(log)
+  assert.deepStrictEqual(rows.map((r) => r.seq), records.map((_, i) => i), "no gaps, no duplicates")
+  let step = 0
+  let replied = false
+  let indices: Array<number> = []
+  for (let i = 1; i < records.length; i++) {
+    const r = records[i]!
+    const where = `record ${i} (${r._tag})`
+    switch (r._tag) {
+      case "RunResumed":
+        assert.strictEqual(r.fromStep, step, where)
+        break
+      case "ModelReplied":
+        assert.isFalse(replied, `${where}: a second reply for step ${step}`)
+        assert.strictEqual(r.step, step, where)
+        replied = true
+        break
+      case "ActionResulted":
+        assert.isTrue(replied, `${where}: a result before its reply`)
+        assert.strictEqual(r.step, step, where)
+        assert.notInclude(indices, r.callIndex, `${where}: call ${r.callIndex} of step ${step} has two results`)
+        indices.push(r.callIndex)
+        break
+      case "StepCompleted": {
+        assert.isTrue(replied, `${where}: a step completed without its reply`)
+        assert.strictEqual(r.step, step, where)
+        const calls = log.replies[step]!.reply.toolCalls.length
+        assert.deepStrictEqual(indices.slice().sort(), Array.from({ length: calls }, (_, k) => k), `${where}: every call of step ${step} has its result`)
+        assert.deepStrictEqual([...r.resultIds], Array.from({ length: calls }, (_, k) => (k === 0 ? `result_${step}` : `result_${step}_${k}`)), where)
+        step++
+        replied = false
+        indices = []
+        break
+      }
+      case "RunFinished":
+        assert.strictEqual(i, records.length - 1, `${where}: not the last record`)
+        break
+      default:
+        assert.fail(`${where}: unexpected`)
+    }
+  }
+  assert.isTrue(log.finished._tag === "Some", "the run finished")
+}
+
+/** A result as the log holds it, for "kept as written" comparisons. */
+const resultKey = (r: RunLog.ActionResulted) => JSON.stringify({ ...r })
+
 describe.sequential("crash recovery by SIGKILL", () => {
 /**
  * Checks a run killed (and resumed) against the same run never killed: the log decodes, is
@@ -322,7 +392,7 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
       const b = got.log.replies[k]!
       assert.deepStrictEqual(b.reply, a.reply, `reply of step ${k}`)
       assert.deepStrictEqual(got.log.steps[k]!.decision, ref.log.steps[k]!.decision, `decision of step ${k}`)
-      assert.deepStrictEqual(got.log.steps[k]!.resultId, ref.log.steps[k]!.resultId, `result id of step ${k}`)
+      assert.deepStrictEqual(got.log.steps[k]!.resultIds, ref.log.steps[k]!.resultIds, `result ids of step ${k}`)
     }
     assert.strictEqual(got.log.results.length, ref.log.results.length)
     for (let i = 0; i < ref.log.results.length; i++) {
@@ -467,6 +537,101 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
         assert.isAbove(resumes, 0)
       })
     ), 600_000)
+
+  it.live(`a run whose replies call three tools each (mixed replay policies), killed at random moments (≥ ${MULTI_MIN_KILLS} kills): no "Never" call runs twice, every finished call's result is kept`, () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
+        console.log(`crash-recovery (three calls per reply): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
+        const random = prng(seed)
+        const multiArgs = (files: Files) => [files.db, files.side, files.history, String(MULTI_STEPS), "multi"]
+
+        const reference = filesIn(dir, "multi-reference")
+        const plain = yield* runArgsToEnd(multiArgs(reference))
+        const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / MULTI_STEPS)
+        const ref = yield* readBack(reference.db)
+        assertMultiConsistent(ref.log, ref.rows)
+
+        // After every kill, the results the store holds: each must be in the final log, unchanged.
+        const seen = new Map<string, Map<string, string>>()
+        const afterKill = (files: Files) =>
+          Effect.runPromise(readBack(files.db)).then((got) => {
+            const held = seen.get(files.db) ?? new Map<string, string>()
+            for (const r of got.log.results) held.set(r.resultId, resultKey(r))
+            seen.set(files.db, held)
+          })
+        const { kills, lives, rounds } = yield* killInRounds(
+          (round) => filesIn(dir, `multi-${round}`),
+          multiArgs,
+          random,
+          stepMillis,
+          MULTI_MIN_KILLS,
+          8,
+          afterKill
+        )
+        assert.isAtLeast(kills, MULTI_MIN_KILLS, `only ${kills} kills over ${lives} lives in ${rounds.length} rounds`)
+
+        const executor = yield* Effect.orDie(Scenario.tools(reference.side, 0).executor())
+        let resumes = 0
+        for (const [i, round] of rounds.entries()) {
+          const got = yield* readBack(round.files.db)
+          assertMultiConsistent(got.log, got.rows)
+          assert.strictEqual(got.log.steps.length, MULTI_STEPS)
+          resumes += got.log.resumes.length
+          // Every result the store held after a kill is in the final log, as it was written.
+          const finalResults = new Map<string, string>(got.log.results.map((r) => [r.resultId, resultKey(r)]))
+          let kept = 0
+          for (const [id, key] of seen.get(round.files.db) ?? new Map<string, string>()) {
+            assert.strictEqual(finalResults.get(id), key, `round ${i}: result ${id} changed or vanished after a kill`)
+            kept++
+          }
+          // Against the run never killed: same replies, decisions and actions; the same outcomes
+          // but for "Never" calls a kill interrupted.
+          const runs = Scenario.readExecutions(round.files.side)
+          let interrupted = 0
+          let replayed = 0
+          for (let k = 0; k < MULTI_STEPS; k++) {
+            assert.deepStrictEqual(got.log.replies[k]!.reply, ref.log.replies[k]!.reply, `reply of step ${k}`)
+            assert.deepStrictEqual(got.log.steps[k]!.decision, ref.log.steps[k]!.decision, `decision of step ${k}`)
+          }
+          assert.strictEqual(got.log.results.length, ref.log.results.length)
+          for (let j = 0; j < ref.log.results.length; j++) {
+            const a = ref.log.results[j]!
+            const b = got.log.results[j]!
+            assert.deepStrictEqual([b.step, b.callIndex, b.action], [a.step, a.callIndex, a.action])
+            const callId = b.action._tag === "ToolCall" ? b.action.id : ""
+            const n = runs.filter((e) => e.step === b.step && e.callId === callId).length
+            const policy = executor.replayPolicy(b.action)
+            if (isInterrupted(b)) {
+              assert.strictEqual(policy, "Never", `step ${b.step} call ${b.callIndex}: an "Always" call was not replayed`)
+              assert.isAtMost(n, 1, `the Never call ${callId} ran ${n} times`)
+              interrupted++
+            } else {
+              assert.deepStrictEqual(b.outcome, a.outcome, `outcome of step ${b.step} call ${b.callIndex}`)
+              if (policy === "Never") assert.strictEqual(n, 1, `the Never call ${callId} ran ${n} times`)
+              else {
+                assert.isAtLeast(n, 1, `the Always call ${callId} was executed`)
+                replayed += n - 1
+              }
+            }
+          }
+          // No "Never" call ran twice, whatever the log says; nothing ran before its reply was durable.
+          for (const e of runs) {
+            if (e.replay === "Never") assert.strictEqual(runs.filter((x) => x.step === e.step && x.callId === e.callId).length, 1, `${e.callId} ran twice`)
+            const reply = got.log.replies.find((r) => r.step === e.step)
+            assert.isDefined(reply, `${e.tool} ran at step ${e.step} without a logged reply`)
+            assert.isTrue(reply!.reply.toolCalls.some((c) => c.id === e.callId && c.name === e.tool))
+          }
+          const summary = got.runs.find((r) => r.runId === Scenario.runId)
+          assert.deepStrictEqual(summary, RunLogStore.summarize(got.log).pipe((o) => (o._tag === "Some" ? o.value : undefined)))
+          console.log(
+            `crash-recovery (three calls per reply): round ${i}: ${round.delays.length} kills over ${round.lives} lives (step ≈ ${stepMillis.toFixed(1)} ms), ${got.log.resumes.length} resumes, ${kept} results held after kills all kept, ${interrupted} interrupted Never calls, ${replayed} replays of Always calls; kill delays: ${round.delays.join(" ")}`
+          )
+        }
+        assert.isAbove(resumes, 0)
+      })
+    ), 900_000)
 
   it.live("a process killed between the two writes of a step leaves neither record; the run then resumes", () =>
     Effect.scoped(

@@ -55,8 +55,10 @@ const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogS
     ...store,
     start: (record) => around("start", record.seq, record.seq, store.start(record)),
     appendReply: (runId, record) => around(`reply ${record.step}`, record.seq, record.seq, store.appendReply(runId, record)),
-    completeStep: (runId, result, step) =>
-      around(`completion ${step.step}`, result === null ? step.seq : result.seq, step.seq, store.completeStep(runId, result, step)),
+    appendResults: (runId, results) =>
+      around(`results ${results[0].step}`, results[0].seq, results[results.length - 1]!.seq, store.appendResults(runId, results)),
+    completeStep: (runId, results, step) =>
+      around(`completion ${step.step}`, results[0]?.seq ?? step.seq, step.seq, store.completeStep(runId, results, step)),
     appendResume: (runId, record) => around("resume", record.seq, record.seq, store.appendResume(runId, record)),
     finish: (runId, record) => around("finish", record.seq, record.seq, store.finish(runId, record)),
     ...(store.appendRecords === undefined ? {} : {

@@ -2,7 +2,7 @@
  * Child process of the crash-recovery test: runs (or resumes) the scripted agent of
  * `crash-scenario.ts` on a SQLite file, with `Agent.run`, until the run finishes.
  *
- *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k>]
+ *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi]
  *
  * Prints `ready` once the store is open, `running` once the run is started or resumed (its
  * `RunStarted`/`RunResumed` record is durable), `finished <RunResult JSON>` at the end, or
@@ -13,7 +13,8 @@
  * after its `ActionResulted` row is inserted and before its `StepCompleted` row is. With
  * `runs=<k>`, k runs of the scenario (`Scenario.runOf(i)`) run at once on the one store, so
  * their appends are group-committed; `running` is printed as each starts or resumes, and no
- * history file is written.
+ * history file is written. With `multi`, the run's replies call three tools each
+ * (`Scenario.multiScript`, design 0150).
  */
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
@@ -29,7 +30,7 @@ import * as Scenario from "./crash-scenario.js"
 
 const [db, sideFile, historyFile, stepsText, mode] = process.argv.slice(2)
 if (db === undefined || sideFile === undefined || historyFile === undefined || stepsText === undefined) {
-  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k>]\n")
+  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi]\n")
   process.exit(2)
 }
 const steps = Number(stepsText)
@@ -55,7 +56,7 @@ const runCount = runsMatch === null ? 1 : Number(runsMatch[1])
 
 const runOne = (runId: Ids.RunId, onCall: ScriptedModel.Options["onCall"]) =>
   Effect.gen(function*() {
-    const model = yield* ScriptedModel.make(Scenario.script(steps), {
+    const model = yield* ScriptedModel.make(mode === "multi" ? Scenario.multiScript(steps) : Scenario.script(steps), {
       latency: "2 millis",
       ...(onCall === undefined ? {} : { onCall })
     })

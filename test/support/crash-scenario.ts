@@ -59,6 +59,24 @@ export const replyOf = (i: number, steps: number): ModelReply.ModelReply => {
   }
 }
 
+/**
+ * The reply of step `i` of the multi-call run (design 0150): three calls per reply, replay
+ * policies mixed — two `write`s (`"Never"`) around an `echo` (`"Always"`), or an `echo` between
+ * them — and `submit` alone at the end. Call ids are filled by the scripted model
+ * (`call_s<step>_<index>`).
+ */
+export const multiReplyOf = (i: number, steps: number): ModelReply.ModelReply => {
+  if (i === steps - 1) return ScriptedModel.toolCall("submit", { answer: `done after ${steps} steps` }, { usage })
+  const write = (k: number) => ({ id: "", name: "write", argumentsText: JSON.stringify({ key: `k${i}.${k}`, value: `v${i}.${k}` }) })
+  const echo = (k: number) => ({ id: "", name: "echo", argumentsText: JSON.stringify({ text: `e${i}.${k}` }) })
+  const calls = i % 2 === 0 ? [write(0), echo(1), write(2)] : [echo(0), write(1), echo(2)]
+  return { text: "", toolCalls: calls, usage }
+}
+
+/** The script of the multi-call run of `steps` steps. */
+export const multiScript = (steps: number): ReadonlyArray<ModelReply.ModelReply> =>
+  Array.from({ length: steps }, (_, i) => multiReplyOf(i, steps))
+
 /** The script of a run of `steps` steps. */
 export const script = (steps: number): ReadonlyArray<ModelReply.ModelReply> => Array.from({ length: steps }, (_, i) => replyOf(i, steps))
 

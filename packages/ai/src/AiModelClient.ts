@@ -54,7 +54,9 @@ const source = "AiModelClient"
  */
 export type ApplySettings = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
-  settings: ModelSettings
+  settings: ModelSettings,
+  /** The whole request, for settings outside `ModelSettings` (`parallelToolCalls`, design 0150). */
+  request?: ModelRequest
 ) => Effect.Effect<A, E | ModelError, R>
 
 /** Adapter options. */
@@ -348,7 +350,7 @@ export const make = (options: Options = {}): Effect.Effect<ModelClient.Service, 
         })
         : applySettings === undefined
         ? call
-        : applySettings(call, request.settings)
+        : applySettings(call, request.settings, request)
       return (timeout === undefined
         ? configured
         : Effect.timeoutFail(configured, {

@@ -244,8 +244,9 @@ export const toWireTool = (tool: ToolDefinition) => ({
 
 /**
  * The request body: model, messages, tools and settings (`maxOutputTokens` as
- * `maxTokensParameter`, default `max_tokens`); `settings.extra` is merged last, verbatim, so it
- * can add or override any field.
+ * `maxTokensParameter`, default `max_tokens`); `parallel_tool_calls: false` when the agent takes
+ * one action per step and tools are sent (the API refuses it without tools; design 0150);
+ * `settings.extra` is merged last, verbatim, so it can add or override any field.
  */
 export const toRequestBody = (
   request: ModelRequest,
@@ -258,6 +259,7 @@ export const toRequestBody = (
     model: settings.model ?? defaultModel,
     messages: request.messages.map(toWireMessage),
     ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toWireTool) }),
+    ...(request.parallelToolCalls === false && request.tools.length > 0 ? { parallel_tool_calls: false } : {}),
     ...(settings.temperature === undefined ? {} : { temperature: settings.temperature }),
     ...(settings.topP === undefined ? {} : { top_p: settings.topP }),
     ...(settings.maxOutputTokens === undefined ? {} : { [maxTokensParameter]: settings.maxOutputTokens }),

@@ -56,8 +56,12 @@ export const config: Config.Config<Options> = Config.all({
   timeout: Config.duration("POLYLOOP_TIMEOUT").pipe(Config.withDefault(OpenAiCompatible.defaultTimeout))
 })
 
-/** Applies `ModelSettings` to `OpenAiLanguageModel` for one call; refuses `seed` and `stop`. */
-export const applySettings: AiModelClient.ApplySettings = (effect, settings) => {
+/**
+ * Applies `ModelSettings` to `OpenAiLanguageModel` for one call; refuses `seed` and `stop`. An
+ * agent that takes one action per step (`parallelToolCalls: false`) sends
+ * `parallel_tool_calls: false` when the request has tools (design 0150).
+ */
+export const applySettings: AiModelClient.ApplySettings = (effect, settings, request) => {
   const unsupported = [
     ...(settings.seed === undefined ? [] : ["seed"]),
     ...(settings.stop === undefined ? [] : ["stop"])
@@ -73,6 +77,7 @@ export const applySettings: AiModelClient.ApplySettings = (effect, settings) => 
     ...(settings.temperature === undefined ? {} : { temperature: settings.temperature }),
     ...(settings.topP === undefined ? {} : { top_p: settings.topP }),
     ...(settings.maxOutputTokens === undefined ? {} : { max_output_tokens: settings.maxOutputTokens }),
+    ...(request?.parallelToolCalls === false && request.tools.length > 0 ? { parallel_tool_calls: false } : {}),
     ...settings.extra
   })
 }

@@ -495,3 +495,23 @@ describe("AiModelClient over any LanguageModel", () => {
     }
   })
 })
+
+describe("parallelToolCalls: false (design 0150) over the Responses API", () => {
+  it.scoped("sends parallel_tool_calls: false with tools; nothing without tools, or when parallel calls are taken", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      const client = yield* openAiClient(server)
+      yield* server.reply(
+        FakeServer.json(responsesAnswer([textOutput("one")])),
+        FakeServer.json(responsesAnswer([textOutput("two")])),
+        FakeServer.json(responsesAnswer([textOutput("three")]))
+      )
+      yield* client.generate(request(task, { tools: [readFile], parallelToolCalls: false }))
+      yield* client.generate(request(task, { parallelToolCalls: false }))
+      yield* client.generate(request(task, { tools: [readFile] }))
+      const [one, two, three] = yield* server.all
+      assert.strictEqual(field(one?.body, "parallel_tool_calls"), false)
+      assert.isUndefined(field(two?.body, "parallel_tool_calls"), "OpenAI refuses parallel_tool_calls without tools")
+      assert.isUndefined(field(three?.body, "parallel_tool_calls"), "the provider's default when parallel calls are taken")
+    }))
+})

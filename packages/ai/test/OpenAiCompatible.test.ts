@@ -437,3 +437,24 @@ describe("OpenAiCompatible", () => {
       }))
   })
 })
+
+describe("parallelToolCalls: false (design 0150) over Chat Completions", () => {
+  it.scoped("sends parallel_tool_calls: false with tools; nothing without tools, or when parallel calls are taken", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      const client = yield* clientFor(server)
+      yield* server.reply(
+        FakeServer.json(completion({ content: "one" }, "stop")),
+        FakeServer.json(completion({ content: "two" }, "stop")),
+        FakeServer.json(completion({ content: "three" }, "stop"))
+      )
+      yield* client.generate(request(task, { tools: [readFile], parallelToolCalls: false }))
+      yield* client.generate(request(task, { parallelToolCalls: false }))
+      yield* client.generate(request(task, { tools: [readFile], parallelToolCalls: true }))
+      const [one, two, three] = yield* server.all
+      const flag = (body: unknown) => (body as Record<string, unknown> | undefined)?.["parallel_tool_calls"]
+      assert.strictEqual(flag(one?.body), false)
+      assert.isUndefined(flag(two?.body), "the API refuses parallel_tool_calls without tools")
+      assert.isUndefined(flag(three?.body), "the provider's default when parallel calls are taken")
+    }))
+})

@@ -216,12 +216,15 @@ export const run = (options: Options) =>
             ? killSelf(crashLine(`— ${tool} has run, the step is not recorded yet: killing this process`))
             : Effect.void)
     })
-    /** Will the handler of this decision run at `step`? (If not, the crash happens right after the reply is logged.) */
+    /** Will the handler of an action of this decision run at `step`? (If not, the crash happens right after the reply is logged.) */
     const runsATool = (decision: ParsedReply, step: number): boolean => {
-      if (decision._tag !== "Act" || decision.action._tag !== "ToolCall") return false
-      const validated = tools.validate(decision.action)
-      if (validated._tag === "Left") return false
-      return !(step === interruptedStep && validated.right.tool.replayPolicy === "Never")
+      if (decision._tag !== "Act") return false
+      return decision.actions.some((action) => {
+        if (action._tag !== "ToolCall") return false
+        const validated = tools.validate(action)
+        if (validated._tag === "Left") return false
+        return !(step === interruptedStep && validated.right.tool.replayPolicy === "Never")
+      })
     }
 
     // What happened so far.

@@ -47,7 +47,7 @@ export const action = (value: Action, max = 120): string =>
 export const decision = (value: ParsedReply, max = 120): string => {
   switch (value._tag) {
     case "Act":
-      return action(value.action, max)
+      return value.actions.length === 1 ? action(value.actions[0], max) : value.actions.map((a) => action(a, max)).join(" · ")
     case "Finish":
       return `final answer: ${preview(value.answer, max)}`
     case "NoAction":

@@ -23,15 +23,23 @@ import { CliError } from "./CliError.js"
 import * as Format from "./Format.js"
 import type { Style } from "./Style.js"
 
-/** One step as the log holds it. A step whose reply is logged but that never completed has no `completed`. */
+/**
+ * One step as the log holds it: its results in call order (several when the reply called several
+ * tools, design 0150). A step whose reply is logged but that never completed has no `completed`
+ * (and the results of the calls that finished before it stopped).
+ */
 export interface Step {
   readonly step: number
   readonly reply: RunLog.ModelReplied | undefined
-  readonly result: RunLog.ActionResulted | undefined
+  readonly results: ReadonlyArray<RunLog.ActionResulted>
   readonly completed: RunLog.StepCompleted | undefined
   /** The step's reply was logged before a crash and the step was completed by a resume. */
   readonly settledOnResume: boolean
 }
+
+/** Was this result written by a resume of its step (a resume between the step's reply and the result)? */
+const settledByResume = (resumes: ReadonlyArray<RunLog.RunResumed>, reply: RunLog.ModelReplied | undefined, seq: number): boolean =>
+  reply !== undefined && resumes.some((resume) => resume.seq > reply.seq && resume.seq < seq)
 
 /** A run's transcript. */
 export interface Transcript {
@@ -55,7 +63,7 @@ const decodeSnapshot = Schema.decodeUnknownOption(Snapshot.Snapshot)
 export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
   Option.flatMap(log.started, (started) =>
     Option.map(RunLogStore.summarize(log), (summary) => {
-      const byStep = new Map<number, { reply?: RunLog.ModelReplied; result?: RunLog.ActionResulted; completed?: RunLog.StepCompleted }>()
+      const byStep = new Map<number, { reply?: RunLog.ModelReplied; results?: Array<RunLog.ActionResulted>; completed?: RunLog.StepCompleted }>()
       const entry = (step: number) => {
         let found = byStep.get(step)
         if (found === undefined) {
@@ -65,23 +73,26 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         return found
       }
       for (const reply of log.replies) entry(reply.step).reply = reply
-      for (const result of log.results) entry(result.step).result = result
+      for (const result of log.results) {
+        const found = entry(result.step)
+        if (found.results === undefined) found.results = [result]
+        else found.results.push(result)
+      }
       for (const completed of log.steps) entry(completed.step).completed = completed
       const steps = [...byStep.entries()]
         .sort(([a], [b]) => a - b)
         .map(([step, found]): Step => ({
           step,
           reply: found.reply,
-          result: found.result,
+          results: found.results ?? [],
           completed: found.completed,
-          settledOnResume: found.reply !== undefined && found.completed !== undefined &&
-            log.resumes.some((resume) => resume.seq > found.reply!.seq && resume.seq < found.completed!.seq)
+          settledOnResume: found.completed !== undefined && settledByResume(log.resumes, found.reply, found.completed.seq)
         }))
       return {
         runId: started.runId,
         started,
         summary,
-        snapshot: decodeSnapshot(started.snapshot),
+        snapshot: decodeSnapshot(Snapshot.upgrade(started.snapshot)),
         steps,
         resumes: log.resumes,
         approvals: log.approvals,
@@ -177,18 +188,14 @@ export const render = (style: Style, transcript: Transcript): string => {
       if (reply.refusal !== undefined) lines.push(block(style, "refusal", reply.refusal))
       for (const call of reply.toolCalls) lines.push(block(style, "tool call", `${call.name}(${call.argumentsText}) [${call.id}]`))
     }
-    if (step.completed === undefined) {
-      lines.push(`  ${style.yellow("interrupted: the reply is logged but the step did not complete (the process stopped mid-step)")}`)
-      continue
-    }
-    const decision = step.completed.decision
-    if (decision._tag !== "Act") lines.push(block(style, "decision", Format.decision(decision, 10_000)))
-    const result = step.result
-    if (result !== undefined) {
+    const decision = step.completed?.decision
+    if (decision !== undefined && decision._tag !== "Act") lines.push(block(style, "decision", Format.decision(decision, 10_000)))
+    const several = step.results.length > 1 || (decision?._tag === "Act" && decision.actions.length > 1)
+    step.results.forEach((result, i) => {
       const outcome = result.outcome
-      lines.push(block(style, "action", Format.action(result.action, 10_000)))
+      lines.push(block(style, several ? `action ${i + 1}` : "action", Format.action(result.action, 10_000)))
       const notes: Array<string> = []
-      if (step.settledOnResume) {
+      if (settledByResume(transcript.resumes, step.reply, result.seq)) {
         const policy = result.action._tag === "ToolCall" ? replayPolicyOf(transcript, result.action.name) : undefined
         notes.push(
           outcome.observationIsSynthetic && result.executorObservation === ""
@@ -212,8 +219,14 @@ export const render = (style: Style, transcript: Transcript): string => {
           )
         )
       }
-    } else if (decision._tag === "Act") {
-      lines.push(block(style, "action", Format.action(decision.action, 10_000)))
+    })
+    if (step.completed === undefined) {
+      const finished = step.results.length === 0 ? "" : ` (${step.results.length} of its calls finished and are recorded)`
+      lines.push(`  ${style.yellow(`interrupted: the reply is logged but the step did not complete (the process stopped mid-step)${finished}`)}`)
+      continue
+    }
+    if (step.results.length === 0 && decision?._tag === "Act") {
+      decision.actions.forEach((action, i) => lines.push(block(style, several ? `action ${i + 1}` : "action", Format.action(action, 10_000))))
     }
   }
   for (const resume of transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))) {
@@ -264,7 +277,10 @@ export const toJson = (transcript: Transcript): unknown => {
       completed: step.completed !== undefined,
       settledOnResume: step.settledOnResume,
       reply: step.reply === undefined ? null : encodeRecord(step.reply),
-      result: step.result === undefined ? null : encodeRecord(step.result),
+      /** The step's results in call order. */
+      results: step.results.map((result) => encodeRecord(result)),
+      /** The first result (the only one of a one-action step), for readers of the shape before design 0150. */
+      result: step.results.length === 0 ? null : encodeRecord(step.results[0]!),
       completion: step.completed === undefined ? null : encodeRecord(step.completed),
       tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage)
     })),

@@ -24,35 +24,32 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
-import type * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import type { Action } from "./Action.js"
 import { ActionExecutor } from "./ActionExecutor.js"
-import type { ActionOutcome } from "./ActionOutcome.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
-import { type ResultId, RunId, type StepIndex } from "./Ids.js"
+import { RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as History from "./internal/history.js"
 import * as PrefixView from "./internal/prefixView.js"
+import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
 import * as State from "./internal/state.js"
+import * as Step from "./internal/step.js"
 import * as Tracing from "./internal/tracing.js"
 import * as Truncation from "./internal/truncation.js"
 import * as Wiring from "./internal/wiring.js"
-import type { LoopEvent } from "./LoopEvent.js"
-import { ModelClient, type ModelRequest, type ToolDefinition } from "./ModelClient.js"
+import { ModelClient, type ModelRequest } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
 import type { ParsedReply } from "./ParsedReply.js"
-import type * as RunLog from "./RunLog.js"
+import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
 import * as Snapshot from "./Snapshot.js"
 import { StopReason } from "./StopReason.js"
-import * as ToolContext from "./ToolContext.js"
-import { type DerivedExecutor, isDerivedExecutor, isDerivedFrom, type ToolRegistry } from "./ToolRegistry.js"
+import { isDerivedExecutor, isDerivedFrom, type ToolRegistry } from "./ToolRegistry.js"
 
 /** What to run: an agent on a task with a registry of tools, under a caller-chosen run id. */
 export interface RunRequest {
@@ -100,88 +97,35 @@ export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult 
   eventDeliveryFailures: finished.eventDeliveryFailures
 })
 
-/** The snapshot a request runs under (the decision parser's `id` is part of it). */
-export const snapshotOf = (request: RunRequest, parserId: string): Snapshot.Encoded =>
-  Snapshot.encode(Snapshot.make({ agent: request.agent, task: request.task, tools: request.tools, parserId }))
-
-/** Everything one attempt of a run works with. Owned by the run's fiber. */
-interface Run {
-  readonly runId: RunId
-  readonly request: RunRequest
-  readonly store: RunLogStore.Service
-  readonly model: ModelClient.Service
-  readonly parser: DecisionParser.Service
-  readonly executor: ActionExecutor.Service
-  readonly derived: DerivedExecutor | undefined
-  readonly sink: EventSink.EventSink.Service
-  readonly texts: History.Texts
-  readonly schedule: Schedule.Schedule<unknown, ModelError>
-  readonly modelTools: ReadonlyArray<ToolDefinition>
-  /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
-  readonly fingerprint: Fingerprint.Fingerprinter
-  readonly maxDurationMillis: number | undefined
-  /** Whether a tracer listens (see `traced`): per-step spans cost more than the rest of a step. */
-  readonly traced: boolean
-  /** The sink drops everything (`EventSink.layerNoop`): events are not delivered at all. */
-  readonly silent: boolean
-  /** The run's `Clock` (read once per step boundary; `TestClock` included). */
-  readonly clock: Clock.Clock
-  state: State.State
-}
-
 /**
- * Step, model call and action spans are made when a tracer other than Effect's built-in one is
- * installed (`@effect/opentelemetry`, DevTools, a test tracer). With the built-in tracer they
- * would be seen by nobody, and they cost more than everything else the loop does in a step.
- * The run span is always made.
+ * The snapshot a request runs under (the decision parser's `id` is part of it).
+ * `defaultParallelToolCalls` is the value of an unset `parallelToolCalls` (see `Snapshot.Input`).
  */
-const span = (run: Run, name: string, attributes: () => Record<string, unknown>) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  run.traced ? Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false }) : effect
-
-const asStep = (step: number): StepIndex => step as StepIndex
-const resultIdOf = (step: number): ResultId => `result_${step}` as ResultId
+export const snapshotOf = (request: RunRequest, parserId: string, defaultParallelToolCalls: boolean = true): Snapshot.Encoded =>
+  Snapshot.encode(Snapshot.make({ agent: request.agent, task: request.task, tools: request.tools, parserId, defaultParallelToolCalls }))
 
 const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
 
 /**
- * Emits an event; a failed delivery is counted, never propagated. A sink that returns
- * `Effect.void` for an event (nothing to deliver, so nothing can fail) costs no handler.
+ * The stop judgment of SPEC §9 over the last step's results (design 0150), in order: an
+ * `EnvError` in any call; a `Finish`; a completing tool that returned (first in call order),
+ * or an environment that reported completion; then the four budgets.
  */
-const emit = (run: Run, event: LoopEvent): Effect.Effect<void> => {
-  if (run.silent) return Effect.void
-  const delivery = run.sink.emit(event)
-  return delivery === Effect.void ? Effect.void : Effect.catchAll(delivery, (error) =>
-    Effect.zipRight(
-      Effect.sync(() => {
-        run.state.eventDeliveryFailures += 1
-      }),
-      Effect.logDebug(`polyloop: event ${event._tag} not delivered: ${error.message}`)
-    ))
-}
-
-/**
- * `emitted`, then the effect `next` makes. When there is nothing to deliver, `next` is called
- * at once (one effect operation less per event; nothing ran in between that it could observe).
- */
-const andThen = <A, E>(emitted: Effect.Effect<void>, next: () => Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  emitted === Effect.void ? next() : Effect.flatMap(emitted, next)
-
-/** Emits two events in order (the second one's `emit` is called after the first was delivered). */
-const emitBoth = (run: Run, first: LoopEvent, second: LoopEvent): Effect.Effect<void> =>
-  run.silent ? Effect.void : andThen(emit(run, first), () => emit(run, second))
-
-/** The stop judgment of SPEC §9, in order: environment error, completion, then the four budgets. */
 const judge = (run: Run): StopReason | undefined => {
   const state = run.state
   const last = state.last
   if (last !== undefined) {
-    const result = last.result
-    if (result !== null && result.outcome.status === "EnvError") {
-      return { _tag: "EnvError", message: result.executorObservation === "" ? result.outcome.observation : result.executorObservation }
+    const results = last.results
+    for (let i = 0; i < results.length; i++) {
+      const result = results[i]!
+      if (result.outcome.status === "EnvError") {
+        return { _tag: "EnvError", message: result.executorObservation === "" ? result.outcome.observation : result.executorObservation }
+      }
     }
     if (last.decision._tag === "Finish") return { _tag: "Completed", by: "Answer", answer: last.decision.answer }
-    if (result !== null && result.outcome.status === "Executed") {
+    for (let i = 0; i < results.length; i++) {
+      const result = results[i]!
+      if (result.outcome.status !== "Executed") continue
       const action = result.action
       if (
         !result.handlerFailed &&
@@ -207,174 +151,16 @@ const judge = (run: Run): StopReason | undefined => {
   return undefined
 }
 
-/** The outcome as it enters history (SPEC §5.2): synthetic texts for NotExecuted / EnvError, the limit for Executed. */
-const intoHistory = (run: Run, action: Action, outcome: ActionOutcome): ActionOutcome => {
-  const texts = run.texts
-  switch (outcome.status) {
-    case "Executed": {
-      const [observation, cut] = History.truncate(outcome.observation, texts.observationLimit)
-      return {
-        status: "Executed",
-        observation,
-        observationIsSynthetic: false,
-        envReportedCompletion: outcome.envReportedCompletion,
-        observationTruncatedChars: outcome.observationTruncatedChars + cut
-      }
-    }
-    case "NotExecuted":
-      return {
-        status: "NotExecuted",
-        observation: History.fillFor(texts.synthetic.notExecuted, action, History.notExecutedIssues(action, run.request.tools), texts),
-        observationIsSynthetic: true,
-        envReportedCompletion: false,
-        observationTruncatedChars: 0
-      }
-    case "EnvError":
-      return {
-        status: "EnvError",
-        observation: History.fillFor(texts.synthetic.envError, action, "the environment reported a failure", texts),
-        observationIsSynthetic: true,
-        envReportedCompletion: false,
-        observationTruncatedChars: 0
-      }
-  }
-}
-
-/** Runs an action under its `ToolContext`; the derived executor also reports whether the handler failed. */
-const execute = (run: Run, step: number, action: Action): Effect.Effect<{ readonly outcome: ActionOutcome; readonly handlerFailed: boolean }> => {
-  const callId = History.callIdOf(action, step)
-  const toolContext = ToolContext.make({ runId: run.runId, step, callId })
-  // The derived executor provides the ToolContext to the handler itself, together with the
-  // services it captured (one provide per call, and none for a refused action).
-  const effect =
-    run.derived !== undefined
-      ? run.derived.executeReport(action, toolContext)
-      : Effect.provideService(
-        Effect.map(run.executor.execute(action), (outcome) => ({ outcome, handlerFailed: false })),
-        ToolContext.ToolContext,
-        toolContext
-      )
-  return effect.pipe(
-    span(run, "Agent.action", () => ({
-      "polyloop.run_id": run.runId,
-      "polyloop.step": step,
-      "polyloop.action": History.actionName(action),
-      "polyloop.call_id": callId
-    }))
-  )
-}
-
-/** The outcome recorded for an action interrupted in flight whose replay policy is `"Never"`. */
-const interruptedOutcome = (run: Run, action: Action): ActionOutcome => ({
-  status: "NotExecuted",
-  observation: History.fillFor(run.texts.synthetic.interrupted, action, "the run stopped while the action was in flight", run.texts),
-  observationIsSynthetic: true,
-  envReportedCompletion: false,
-  observationTruncatedChars: 0
-})
-
-const resultRecord = (
-  run: Run,
-  step: number,
-  action: Action,
-  outcome: ActionOutcome,
-  executorObservation: string,
-  handlerFailed: boolean
-): RunLog.ActionResulted => ({
-  _tag: "ActionResulted",
-  seq: run.state.seq,
-  resultId: resultIdOf(step),
-  step: asStep(step),
-  action,
-  outcome,
-  executorObservation,
-  handlerFailed
-})
-
-/**
- * The result of a step's action: executed (its outcome as it enters history), or, on resume of
- * an action whose replay policy is `"Never"`, recorded as interrupted without running it.
- */
-const actionResult = (run: Run, step: number, action: Action, resumed: boolean): Effect.Effect<RunLog.ActionResulted> =>
-  resumed && run.executor.replayPolicy(action) === "Never"
-    ? Effect.succeed(resultRecord(run, step, action, interruptedOutcome(run, action), "", false))
-    : Effect.map(execute(run, step, action), (report) =>
-      resultRecord(run, step, action, intoHistory(run, action, report.outcome), report.outcome.observation, report.handlerFailed))
-
-/** Writes the step's result and completion atomically, then renders the step into history and emits its events. */
-const completeStep = (
-  run: Run,
-  step: number,
-  reply: ModelReply,
-  decision: ParsedReply,
-  result: RunLog.ActionResulted | null,
-  startedAt: number,
-  resumed: boolean
-): Effect.Effect<void, RunError> => {
-  const elapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
-  const completed: RunLog.StepCompleted = {
-    _tag: "StepCompleted",
-    seq: result === null ? run.state.seq : run.state.seq + 1,
-    step: asStep(step),
-    decision,
-    resultId: result === null ? null : result.resultId,
-    usage: reply.usage,
-    elapsed
-  }
-  return Effect.flatMap(run.store.completeStep(run.runId, result, completed), () => {
-    run.state.seq = completed.seq + 1
-    State.applyStep(run.state, reply, completed, result, run.texts)
-    const stepCompleted: LoopEvent = { _tag: "StepCompleted", runId: run.runId, step, decision: decision._tag, usage: reply.usage, elapsed }
-    if (result === null) return emit(run, stepCompleted)
-    return emitBoth(
-      run,
-      {
-        _tag: "ActionExecuted",
-        runId: run.runId,
-        step,
-        action: result.action,
-        outcome: result.outcome,
-        executorObservation: result.executorObservation,
-        replayed: resumed
-      },
-      stepCompleted
-    )
-  })
-}
-
-/**
- * Completes a step whose reply is logged: executes its action (or, on resume of an action whose
- * replay policy is `"Never"`, records it as interrupted), writes the result and the step
- * atomically, renders the step into history and emits its events. Written as a chain of
- * `flatMap`s rather than `Effect.gen`: it runs once per step and the generator costs more than
- * the work.
- */
-const settle = (
-  run: Run,
-  step: number,
-  reply: ModelReply,
-  parsed: ParsedReply,
-  startedAt: number,
-  resumed: boolean
-): Effect.Effect<void, RunError> => {
-  const decision = History.assignCallId(parsed, step)
-  return andThen(emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision }), () =>
-    decision._tag === "Act"
-      ? Effect.flatMap(actionResult(run, step, decision.action, resumed), (result) =>
-        completeStep(run, step, reply, decision, result, startedAt, resumed))
-      : completeStep(run, step, reply, decision, null, startedAt, resumed))
-}
-
 const logModelFailure = (step: number, error: ModelError) =>
   Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
 
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number) => {
-  const request: ModelRequest = {
-    messages: PrefixView.prefix(run.state.messages),
-    tools: run.modelTools,
-    settings: run.request.agent.modelSettings
-  }
+  // A value (design 0211): a read-only view of the history's first n messages, made in O(1).
+  const messages = PrefixView.prefix(run.state.messages)
+  const request: ModelRequest = run.parallel
+    ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
+    : { messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
   const call = run.model.generate(request)
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
@@ -420,7 +206,7 @@ const runStep = (run: Run): Effect.Effect<void, RunError> => {
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
         return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
-          Effect.flatMap(decideReply(run, reply), (decision) => settle(run, step, reply, decision, startedAt, false)))
+          Effect.flatMap(decideReply(run, reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
       })
     }))
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
@@ -458,10 +244,16 @@ const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
     return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => loop(run))
   })
 
+/**
+ * The recorded snapshot against the current one (`Snapshot.matches`: equal, or recorded by an
+ * earlier version and the same configuration as it reads today).
+ */
 const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
   if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
-  const differences = Snapshot.diff(started.snapshot, current.value)
-  const tools = Snapshot.changedTools(started.snapshot, current.value)
+  // Differences against the recorded snapshot as it reads today (a run from before design 0150 took one action per step).
+  const recorded = Snapshot.upgrade(started.snapshot)
+  const differences = Snapshot.diff(recorded, current.value)
+  const tools = Snapshot.changedTools(recorded, current.value)
   return Effect.fail(
     new SnapshotMismatch({
       runId,
@@ -482,17 +274,27 @@ const start = (run: Run, snapshot: Snapshot.Encoded) =>
       task: run.request.task,
       snapshot: snapshot.value,
       snapshotHash: snapshot.hash,
-      startedAt
+      startedAt,
+      logVersion: RunLog.logVersion
     })
     yield* emit(run, { _tag: "RunStarted", runId: run.runId, task: run.request.task, snapshotHash: snapshot.hash, at: startedAt })
   })
 
-/** A resumed run: `RunResumed`, then the interrupted step (if its reply was logged) is finished. */
-const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
+/**
+ * A resumed run: `RunResumed`, then the interrupted step (if its reply was logged) is finished;
+ * `prior` are its results logged before the interruption.
+ */
+const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>, prior: ReadonlyArray<RunLog.ActionResulted>) =>
   Effect.gen(function*() {
     const at = yield* Clock.currentTimeMillis
     const fromStep = run.state.steps
-    yield* run.store.appendResume(run.runId, { _tag: "RunResumed", seq: run.state.seq, fromStep: asStep(fromStep), at })
+    yield* run.store.appendResume(run.runId, {
+      _tag: "RunResumed",
+      seq: run.state.seq,
+      fromStep: asStep(fromStep),
+      at,
+      logVersion: RunLog.logVersion
+    })
     run.state.seq += 1
     run.state.resumedCount += 1
     yield* emit(run, { _tag: "RunResumed", runId: run.runId, fromStep, at })
@@ -500,7 +302,7 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>) =>
       const reply = interrupted.value.reply
       yield* Effect.gen(function*() {
         const decision = yield* decideReply(run, reply)
-        yield* settle(run, fromStep, reply, decision, at, true)
+        yield* Step.settle(run, fromStep, reply, decision, at, true, prior)
       }).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
@@ -568,9 +370,12 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         }
         const log = yield* store.readLog(runId)
         if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
-        const snapshot = snapshotOf(request, parser.id)
-        if (Option.isSome(log.started)) yield* checkSnapshot(runId, log.started.value, snapshot)
         const agent = request.agent
+        // Unset, `parallelToolCalls` is what the recorded run ran with (design 0150, decision 5).
+        const parallel = agent.parallelToolCalls ??
+          Option.match(log.started, { onNone: () => true, onSome: (started) => Snapshot.parallelToolCallsOf(started.snapshot) })
+        const snapshot = snapshotOf(request, parser.id, parallel)
+        if (Option.isSome(log.started)) yield* checkSnapshot(runId, log.started.value, snapshot)
         const texts = History.makeTexts({
           synthetic: agent.syntheticObservations,
           tools: request.tools,
@@ -593,6 +398,8 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           modelTools,
           fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
+          parallel,
+          concurrency: agent.actionConcurrency ?? 1,
           traced: Tracing.isTraced(tracer),
           silent: EventSink.isNoop(sink),
           clock,
@@ -602,7 +409,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           const rebuilt = yield* State.rebuild(runId, log, messages, texts)
           current.state = rebuilt.state
           // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
-          if (!Fork.isUntouched(log)) yield* resume(current, rebuilt.interrupted)
+          if (!Fork.isUntouched(log)) yield* resume(current, rebuilt.interrupted, rebuilt.interruptedResults)
         } else {
           yield* start(current, snapshot)
         }

@@ -92,6 +92,19 @@ export const AgentDefinition = Schema.Struct({
   /** Characters of an observation allowed into history; the rest is cut and counted. */
   observationLimit: Schema.optional(Schema.Int.pipe(Schema.positive())),
   historyRendering: Schema.optional(HistoryRendering),
+  /**
+   * Whether a reply may call several tools that the step then runs (design 0150). When false,
+   * the model clients ask the provider for one call per reply (`parallel_tool_calls: false`
+   * where it has it) and a reply with several actions is an `InvalidDecision`. Unset: true for a
+   * new run, and, for a run started before the setting existed, what that run ran with (false).
+   * In the snapshot.
+   */
+  parallelToolCalls: Schema.optional(Schema.Boolean),
+  /**
+   * How many actions of one step may run at once, started in call order (default 1: one after
+   * the other). History and the log as read stay in call order. Not in the snapshot.
+   */
+  actionConcurrency: Schema.optional(Schema.Int.pipe(Schema.positive())),
   modelRetry: ModelRetry
 })
 /** @since 0.1.0 */
@@ -106,6 +119,8 @@ export const make = (fields: {
   readonly syntheticObservations?: Partial<SyntheticObservations.SyntheticObservations>
   readonly observationLimit?: number
   readonly historyRendering?: HistoryRendering
+  readonly parallelToolCalls?: boolean
+  readonly actionConcurrency?: number
   readonly modelRetry?: ModelRetry
 }): AgentDefinition => ({
   name: fields.name,
@@ -115,5 +130,7 @@ export const make = (fields: {
   syntheticObservations: { ...SyntheticObservations.defaults, ...fields.syntheticObservations },
   ...(fields.observationLimit === undefined ? {} : { observationLimit: fields.observationLimit }),
   ...(fields.historyRendering === undefined ? {} : { historyRendering: fields.historyRendering }),
+  ...(fields.parallelToolCalls === undefined ? {} : { parallelToolCalls: fields.parallelToolCalls }),
+  ...(fields.actionConcurrency === undefined ? {} : { actionConcurrency: fields.actionConcurrency }),
   modelRetry: fields.modelRetry ?? defaultModelRetry
 })

@@ -103,7 +103,9 @@ export const fork = (
     if (!Number.isInteger(options.atStep) || options.atStep < 0 || options.atStep > completed) {
       return yield* refuse("StepOutOfRange", `step ${options.atStep} is not between 0 and ${completed} (the parent's completed steps)`)
     }
-    const decoded = decodeSnapshot(started.snapshot)
+    // A snapshot recorded before design 0150 reads as the run ran: one action per step.
+    const recorded = Snapshot.upgrade(started.snapshot)
+    const decoded = decodeSnapshot(recorded)
     if (decoded._tag === "Left") {
       return yield* refuse("ParentSnapshot", `the parent's snapshot cannot be read: ${formatIssues(decoded.left)}`)
     }
@@ -112,7 +114,7 @@ export const fork = (
     const tools = options.tools === undefined ? base.tools : Snapshot.toolsPart(options.tools)
     const snapshot = Snapshot.encode({
       polyloop: Snapshot.version,
-      agent: options.agent === undefined ? base.agent : Snapshot.agentPart(options.agent, tools),
+      agent: options.agent === undefined ? base.agent : Snapshot.agentPart(options.agent, tools, base.agent.parallelToolCalls),
       task,
       tools,
       parser: options.parserId ?? base.parser
@@ -121,7 +123,7 @@ export const fork = (
       runId: started.runId,
       step: StepIndex.make(options.atStep),
       snapshotHash: started.snapshotHash,
-      differences: Snapshot.diff(started.snapshot, snapshot.value).map(toDifference)
+      differences: Snapshot.diff(recorded, snapshot.value).map(toDifference)
     }
     return yield* Effect.scoped(Effect.gen(function*() {
       yield* store.claim(options.runId)
@@ -136,6 +138,7 @@ export const fork = (
         snapshot: snapshot.value,
         snapshotHash: snapshot.hash,
         startedAt,
+        logVersion: RunLog.logVersion,
         forkedFrom
       }
       const copied = RunLog.recordsBeforeStep(parent, options.atStep).map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))

@@ -27,8 +27,12 @@ export const ResultId = Schema.String.pipe(Schema.brand("@polyloop/ResultId"))
 /** @since 0.1.0 */
 export type ResultId = typeof ResultId.Type
 
-/** The deterministic result id of a step. */
-export const resultIdFor = (step: number): ResultId => ResultId.make(`result_${step}`)
+/**
+ * The deterministic result id of the action at `callIndex` of a step: `result_<step>` for the
+ * first (the id a one-action step has always had), `result_<step>_<callIndex>` after it.
+ */
+export const resultIdFor = (step: number, callIndex: number = 0): ResultId =>
+  ResultId.make(callIndex === 0 ? `result_${step}` : `result_${step}_${callIndex}`)
 
 /** A sequence number of a record within its run, counted from 0 (the `RunStarted` record). */
 export const Seq = Schema.Int.pipe(Schema.nonNegative())

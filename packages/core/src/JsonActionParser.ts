@@ -14,6 +14,11 @@
  * - `{"final_answer": "..."}` (the `finishKey`) → `Finish`; a non-string answer is rendered as
  *   JSON text. Optionally a `finishTool` name: calling it is `Finish` with its answer argument.
  *
+ * - a JSON **array** of such objects (design 0150) → `Act` with one action per element, in
+ *   order; an element that does not read as a tool call makes the whole reply `InvalidDecision`
+ *   (naming the element), as does a final answer among tool calls. Whether several actions run
+ *   in one step is the agent's `parallelToolCalls`.
+ *
  * Each way of failing has its own explanation: no JSON object, several objects, malformed JSON
  * (with line and column, in engine-independent words), a truncated object, an object without a
  * tool name, a tool name that is not a string, a final answer mixed with a tool call. A blank
@@ -29,7 +34,7 @@
  * @since 0.1.0
  */
 import * as Layer from "effect/Layer"
-import { ToolCall } from "./Action.js"
+import { type Action, ToolCall } from "./Action.js"
 import { DecisionParser, fromDecide } from "./DecisionParser.js"
 import * as Json from "./internal/json.js"
 import type { ModelReply } from "./ModelReply.js"
@@ -169,15 +174,32 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
     return ParsedReply.act(ToolCall.make({ id: "", name, arguments: args }))
   }
 
+  /** The elements of an array of actions: all must be tool calls. */
+  const interpretAll = (objects: ReadonlyArray<Readonly<Record<string, unknown>>>): ParsedReply.ParsedReply => {
+    const actions: Array<Action> = []
+    for (let i = 0; i < objects.length; i++) {
+      const decision = interpret(objects[i]!)
+      switch (decision._tag) {
+        case "Act":
+          actions.push(...decision.actions)
+          break
+        case "InvalidDecision":
+          return ParsedReply.invalid(`In element ${i + 1} of your array of actions: ${decision.explanation}`)
+        default:
+          return ParsedReply.invalid(
+            `Element ${i + 1} of your array of actions is a final answer; finish in a reply of its own, without tool calls. ${howTo}`
+          )
+      }
+    }
+    const [first, ...rest] = actions
+    return first === undefined ? ParsedReply.noAction : ParsedReply.actAll([first, ...rest])
+  }
+
   return (reply) => {
     const text = reply.text
     if (text.trim().length === 0) return ParsedReply.noAction
     const candidates = Json.findObjectCandidates(text)
-    const attempts: Array<
-      | { readonly _tag: "Object"; readonly value: Readonly<Record<string, unknown>> }
-      | { readonly _tag: "Malformed"; readonly start: number; readonly end: number; readonly source: string }
-      | { readonly _tag: "Unterminated"; readonly source: string }
-    > = []
+    const attempts: Array<Attempt> = []
     for (const candidate of candidates) {
       const source = text.slice(candidate.start, Math.min(candidate.end, candidate.start + 80))
       if (!candidate.terminated) {
@@ -189,7 +211,7 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
       // line from the start of the text: describing every one would be quadratic).
       const parsed = Json.opensObject(text, candidate.start) ? Json.tryParse(text, candidate.start, candidate.end) : undefined
       if (parsed !== undefined) {
-        if (Json.isObject(parsed.value)) attempts.push({ _tag: "Object", value: parsed.value })
+        if (Json.isObject(parsed.value)) attempts.push({ _tag: "Object", value: parsed.value, start: candidate.start, end: candidate.end })
       } else if (Json.looksLikeObject(text, candidate.start)) {
         attempts.push({ _tag: "Malformed", start: candidate.start, end: candidate.end, source })
       }
@@ -199,6 +221,8 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
       return ParsedReply.invalid(`Your reply contains no JSON object, so no action was taken. ${howTo}`)
     }
     if (attempts.length > 1) {
+      const array = arrayOf(text, attempts)
+      if (array !== undefined) return interpretAll(array)
       return ParsedReply.invalid(
         `Your reply contains ${attempts.length} JSON objects; this agent takes one action per step. ${howTo}`
       )
@@ -220,6 +244,42 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
         return interpret(attempt.value)
     }
   }
+}
+
+/** A JSON object found in the text, one that does not parse, or one that is not closed. */
+type Attempt =
+  | FoundObject
+  | { readonly _tag: "Malformed"; readonly start: number; readonly end: number; readonly source: string }
+  | { readonly _tag: "Unterminated"; readonly source: string }
+
+interface FoundObject {
+  readonly _tag: "Object"
+  readonly value: Readonly<Record<string, unknown>>
+  readonly start: number
+  readonly end: number
+}
+
+const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
+
+/**
+ * The objects found, when they are exactly the elements of one JSON array (`[` before the first,
+ * `]` after the last, the span valid JSON); else `undefined`. Linear in the text.
+ */
+const arrayOf = (text: string, attempts: ReadonlyArray<Attempt>): ReadonlyArray<Readonly<Record<string, unknown>>> | undefined => {
+  const objects: Array<FoundObject> = []
+  for (const attempt of attempts) {
+    if (attempt._tag !== "Object") return undefined
+    objects.push(attempt)
+  }
+  let open = objects[0]!.start - 1
+  while (open >= 0 && isSpace(text.charCodeAt(open))) open--
+  if (open < 0 || text[open] !== "[") return undefined
+  let close = objects[objects.length - 1]!.end
+  while (close < text.length && isSpace(text.charCodeAt(close))) close++
+  if (close >= text.length || text[close] !== "]") return undefined
+  const parsed = Json.tryParse(text, open, close + 1)
+  if (parsed === undefined || !Array.isArray(parsed.value) || parsed.value.length !== objects.length) return undefined
+  return objects.map((o) => o.value)
 }
 
 /** Makes the parser. */

@@ -23,10 +23,14 @@ export const StepStarted = Schema.TaggedStruct("StepStarted", { runId: RunId, st
 export const ModelReplied = Schema.TaggedStruct("ModelReplied", { runId: RunId, step: Schema.Int, reply: ModelReply })
 /** The parser read a decision. */
 export const DecisionParsed = Schema.TaggedStruct("DecisionParsed", { runId: RunId, step: Schema.Int, decision: ParsedReply })
-/** An action produced an outcome; `executorObservation` is the executor's own text. */
+/**
+ * An action produced an outcome and its result is durable; `executorObservation` is the
+ * executor's own text; `callIndex` is its position in the step's actions (design 0150).
+ */
 export const ActionExecuted = Schema.TaggedStruct("ActionExecuted", {
   runId: RunId,
   step: Schema.Int,
+  callIndex: Schema.Int,
   action: Action,
   outcome: ActionOutcome,
   executorObservation: Schema.String,

@@ -34,7 +34,13 @@ export interface ToolDefinition extends Schema.Schema.Type<typeof ToolDefinition
 export const ModelRequest = Schema.Struct({
   messages: Schema.Array(Message),
   tools: Schema.Array(ToolDefinition),
-  settings: ModelSettings
+  settings: ModelSettings,
+  /**
+   * False when the agent takes one action per step (`AgentDefinition.parallelToolCalls`): a
+   * client asks the provider for at most one tool call per reply where the provider has such a
+   * setting (`parallel_tool_calls: false`). Absent or true: the provider's default.
+   */
+  parallelToolCalls: Schema.optional(Schema.Boolean)
 })
 /** @since 0.1.0 */
 export interface ModelRequest extends Schema.Schema.Type<typeof ModelRequest> {}

@@ -6,7 +6,10 @@
  *   (empty or blank `argumentsText`, which some providers send for a call without arguments,
  *   is `{}`); arguments that are not JSON → `InvalidDecision` naming the tool and the problem
  *   (line and column, in engine-independent words, so the explanation is reproducible);
- * - several calls → `InvalidDecision` (one action per step);
+ * - several calls → `Act` with all of them, in the reply's order (design 0150; the loop turns it
+ *   into the "one action per step" `InvalidDecision` when the agent's `parallelToolCalls` is
+ *   false); if the arguments of one of them are not JSON, or two share a non-empty id, the whole
+ *   reply is `InvalidDecision` naming the call (none of them is run);
  * - no call and some text → `Finish { answer: text }` or `NoAction`, by the `onText` option
  *   (default `"Finish"`);
  * - no call and blank text → `NoAction`.
@@ -16,7 +19,7 @@
  * @since 0.1.0
  */
 import * as Layer from "effect/Layer"
-import type { ToolCall } from "./Action.js"
+import type { Action, ToolCall } from "./Action.js"
 import { DecisionParser, fromDecide } from "./DecisionParser.js"
 import * as Json from "./internal/json.js"
 import type { ModelReply } from "./ModelReply.js"
@@ -54,12 +57,7 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
   const resolved = resolveOptions(options)
   return (reply) => {
     const calls = reply.toolCalls
-    if (calls.length > 1) {
-      const names = calls.map((call) => JSON.stringify(call.name)).join(", ")
-      return ParsedReply.invalid(
-        `You called ${calls.length} tools at once (${names}); this agent takes one action per step. Call exactly one tool.`
-      )
-    }
+    if (calls.length > 1) return several(calls)
     const call = calls[0]
     if (call !== undefined) {
       if (isBlank(call.argumentsText)) {
@@ -76,6 +74,36 @@ export const decide = (options: Options = {}): ((reply: ModelReply) => ParsedRep
     if (isBlank(reply.text)) return ParsedReply.noAction
     return resolved.onText === "Finish" ? ParsedReply.finish(reply.text) : ParsedReply.noAction
   }
+}
+
+/** Several calls: all of them, or the first problem (arguments that are not JSON, an id used twice). Linear. */
+const several = (calls: ModelReply["toolCalls"]): ParsedReply.ParsedReply => {
+  const seen = new Set<string>()
+  const actions: Array<Action> = []
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]!
+    if (call.id !== "") {
+      if (seen.has(call.id)) {
+        return ParsedReply.invalid(
+          `Your calls ${i + 1} (${JSON.stringify(call.name)}) and an earlier one share the id ${JSON.stringify(call.id)}; none of your ${calls.length} calls was run. Each call needs its own id.`
+        )
+      }
+      seen.add(call.id)
+    }
+    if (isBlank(call.argumentsText)) {
+      actions.push(toolCall(call.id, call.name, {}))
+      continue
+    }
+    const parsed = Json.parse(call.argumentsText)
+    if (parsed._tag === "Error") {
+      return ParsedReply.invalid(
+        `The arguments of your call ${i + 1} (to ${JSON.stringify(call.name)}) are not valid JSON: ${parsed.problem}. None of your ${calls.length} calls was run. Call the tools again with a JSON object as the arguments of each.`
+      )
+    }
+    actions.push(toolCall(call.id, call.name, parsed.value))
+  }
+  const [first, ...rest] = actions
+  return ParsedReply.actAll([first!, ...rest])
 }
 
 /** Makes the parser. */

@@ -16,6 +16,18 @@ import { ModelReply, Usage } from "./ModelReply.js"
 import { ParsedReply } from "./ParsedReply.js"
 import { StopReason } from "./StopReason.js"
 
+/**
+ * The version of the log's schema this code writes (design 0150). Version 1: one action per
+ * step (`StepCompleted.resultId`, `Act.action`); version 2: several (`StepCompleted.resultIds`,
+ * `ActionResulted.callIndex`, `Act.actions`). Logs of version 1 are read as version 2 (the
+ * store's reader upgrades each record by its shape); a log that names a newer version is
+ * refused with `StoreError { reason: "SchemaVersion" }`.
+ */
+export const logVersion = 2
+
+/** A log schema version. Absent (`RunStarted` and `RunResumed` of version 1) means 1. */
+export const LogVersion = Schema.Int.pipe(Schema.between(1, logVersion))
+
 /** One difference between a fork's snapshot and its parent's: the path, and each side's value (absent: no such member). */
 export const ForkDifference = Schema.Struct({
   path: Schema.String,
@@ -49,6 +61,8 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", {
   snapshotHash: Schema.String,
   /** Epoch milliseconds, from `Clock` (finite: it must survive the JSON a store writes). */
   startedAt: Schema.Finite,
+  /** The log schema version of the code that started the run (absent: 1). */
+  logVersion: Schema.optional(LogVersion),
   /** Set on a fork (`Agent.fork`); absent on a run started fresh (and on every log written before forks). */
   forkedFrom: Schema.optional(ForkedFrom)
 })
@@ -70,7 +84,8 @@ export const ModelReplied = Schema.TaggedStruct("ModelReplied", {
 export interface ModelReplied extends Schema.Schema.Type<typeof ModelReplied> {}
 
 /**
- * The action of `step` produced `outcome` (as it entered history). `executorObservation` is the
+ * The action at `callIndex` of `step`'s decision produced `outcome` (as it entered history);
+ * written as soon as that action finished (design 0150). `executorObservation` is the
  * executor's own text, kept for audit; `handlerFailed` is true when a tool handler failed,
  * died or timed out (a failing completing tool does not complete the run).
  */
@@ -78,6 +93,8 @@ export const ActionResulted = Schema.TaggedStruct("ActionResulted", {
   seq: Seq,
   resultId: ResultId,
   step: StepIndex,
+  /** The action's position in the decision's `actions` (0 for a one-action step). */
+  callIndex: Schema.NonNegativeInt,
   action: Action,
   outcome: ActionOutcome,
   executorObservation: Schema.String,
@@ -87,14 +104,17 @@ export const ActionResulted = Schema.TaggedStruct("ActionResulted", {
 export interface ActionResulted extends Schema.Schema.Type<typeof ActionResulted> {}
 
 /**
- * The step ended. `decision` is the parsed decision (its kind is `decision._tag`); `resultId`
- * is null for a step with no action; `elapsed` is milliseconds measured with `Clock`.
+ * The step ended. `decision` is the parsed decision (its kind is `decision._tag`); `resultIds`
+ * are the step's results in call order (empty for a step with no action); `effective` is true
+ * when at least one of them is `Executed` (recorded so a reader of single records, such as a
+ * store's summary, need not look back); `elapsed` is milliseconds measured with `Clock`.
  */
 export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
   seq: Seq,
   step: StepIndex,
   decision: ParsedReply,
-  resultId: Schema.NullOr(ResultId),
+  resultIds: Schema.Array(ResultId),
+  effective: Schema.Boolean,
   usage: Usage,
   elapsed: Schema.NonNegative.pipe(Schema.finite())
 })
@@ -105,7 +125,9 @@ export interface StepCompleted extends Schema.Schema.Type<typeof StepCompleted> 
 export const RunResumed = Schema.TaggedStruct("RunResumed", {
   seq: Seq,
   fromStep: StepIndex,
-  at: Schema.Finite
+  at: Schema.Finite,
+  /** The log schema version of the code that resumed the run, which wrote the records after this one (absent: 1). */
+  logVersion: Schema.optional(LogVersion)
 })
 /** @since 0.1.0 */
 export interface RunResumed extends Schema.Schema.Type<typeof RunResumed> {}
@@ -211,7 +233,11 @@ export const recordKinds: ReadonlyArray<RecordKind> = [
   "ApprovalDecided"
 ]
 
-/** A run's log as read back, each sequence in write order. */
+/**
+ * A run's log as read back, each sequence in write order — except `results`, which are in step
+ * order and, within a step, in call order (the results of a step whose actions ran concurrently
+ * are written as each finishes; `fromRecords` puts them in call order).
+ */
 export const RunLog = Schema.Struct({
   started: Schema.OptionFromSelf(RunStarted),
   replies: Schema.Array(ModelReplied),
@@ -294,7 +320,30 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
         break
     }
   }
-  return { started, replies, results, steps, resumes, approvals, finished }
+  return { started, replies, results: inCallOrder(results), steps, resumes, approvals, finished }
+}
+
+/** Results in step order and, within a step, in call order (sorted only when some are not). */
+const inCallOrder = (results: Array<ActionResulted>): Array<ActionResulted> => {
+  for (let i = 1; i < results.length; i++) {
+    const a = results[i - 1]!
+    const b = results[i]!
+    if (a.step > b.step || (a.step === b.step && a.callIndex > b.callIndex)) {
+      return results.sort((x, y) => x.step - y.step || x.callIndex - y.callIndex)
+    }
+  }
+  return results
+}
+
+/** The results of each step that has some, in call order. */
+export const resultsByStep = (log: RunLog): ReadonlyMap<number, ReadonlyArray<ActionResulted>> => {
+  const byStep = new Map<number, Array<ActionResulted>>()
+  for (const result of log.results) {
+    const found = byStep.get(result.step)
+    if (found === undefined) byStep.set(result.step, [result])
+    else found.push(result)
+  }
+  return byStep
 }
 
 /**

@@ -6,9 +6,11 @@
  *
  * `logProblems` checks the structure of a decoded log (sequence numbers and record kinds are
  * checked by `RunLogStore.verifyLog` when the log is read):
- * - atomicity: every `ActionResulted` has its `StepCompleted` (same step, same result id), and
- *   every `StepCompleted` that names a result has it — a result and its step are written in
- *   one append, so one without the other is a torn write;
+ * - atomicity: every `ActionResulted` has its `StepCompleted` (same step, naming its result id),
+ *   and every result a `StepCompleted` names is there — a step's last result and its completion
+ *   are written in one append, so one without the other is a torn write. Results of the step
+ *   that was interrupted (its reply logged, no completion) are not torn: each action's result is
+ *   durable before the next action starts (design 0150);
  * - steps: each `StepCompleted` follows a `ModelReplied` of its step, no step completes twice,
  *   replies go step by step (a reply for step n + 1 only after step n completed);
  * - the end: nothing but approvals after `RunFinished`; `RunFinished`'s counters agree with
@@ -30,21 +32,32 @@ export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
   const problems: Array<string> = []
   const records = RunLog.records(log)
   const stepOf = new Map<string, RunLog.StepCompleted>()
-  for (const step of log.steps) if (step.resultId !== null) stepOf.set(step.resultId, step)
+  for (const step of log.steps) for (const id of step.resultIds) stepOf.set(id, step)
   const resultOf = new Map<string, RunLog.ActionResulted>()
   for (const result of log.results) resultOf.set(result.resultId, result)
+  // The step interrupted with its reply logged: its results so far stand without a completion.
+  const pending = log.replies.length > log.steps.length && Option.isNone(log.finished) ? log.replies[log.replies.length - 1]!.step : undefined
 
   for (const result of log.results) {
     const step = stepOf.get(result.resultId)
     if (step === undefined) {
-      problems.push(`record ${result.seq}: ActionResulted ${result.resultId} of step ${result.step} has no StepCompleted (a torn step)`)
+      if (result.step !== pending) {
+        problems.push(`record ${result.seq}: ActionResulted ${result.resultId} of step ${result.step} has no StepCompleted (a torn step)`)
+      }
     } else if (step.step !== result.step) {
       problems.push(`record ${result.seq}: ActionResulted ${result.resultId} is of step ${result.step} but completes step ${step.step}`)
     }
   }
   for (const step of log.steps) {
-    if (step.resultId !== null && !resultOf.has(step.resultId)) {
-      problems.push(`record ${step.seq}: StepCompleted of step ${step.step} names result ${step.resultId}, which is not in the log (a torn step)`)
+    let effective = false
+    for (const id of step.resultIds) {
+      const result = resultOf.get(id)
+      if (result === undefined) {
+        problems.push(`record ${step.seq}: StepCompleted of step ${step.step} names result ${id}, which is not in the log (a torn step)`)
+      } else if (result.outcome.status === "Executed") effective = true
+    }
+    if (step.effective !== effective) {
+      problems.push(`record ${step.seq}: StepCompleted of step ${step.step} is recorded ${step.effective ? "effective" : "not effective"}; its results say otherwise`)
     }
   }
 

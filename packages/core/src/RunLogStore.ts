@@ -7,8 +7,9 @@
  * - `readLog` of a run that does not exist returns the empty log, never an error;
  * - every record carries the run's next sequence number; a duplicate or a gap is rejected with
  *   `ConcurrentWriter`;
- * - `completeStep` writes `ActionResulted` and `StepCompleted` atomically: after a crash either
- *   both are visible or neither;
+ * - `appendResults` writes a step's finished results (design 0150: each action's result is
+ *   durable before the next action starts); `completeStep` writes the step's last results and
+ *   its `StepCompleted` atomically: after a crash either all are visible or none;
  * - prefix durability: once a write returns it survives a crash; a crash only loses writes
  *   that had not returned;
  * - `claim` (scoped) gives one owner at a time; a second claimant fails with `RunBusy`; the
@@ -28,6 +29,10 @@
  * `readLog(runId, { verify: true })` (or `verifyLog` on the texts): every record is decoded
  * with its full schema and anything that does not decode is `StoreError { reason: "Decode" }`.
  *
+ * Schema versions (design 0150). Both readers read logs written by every log schema version:
+ * version-1 records (one action per step) are upgraded on read (`internal/logVersions.ts`); a
+ * log naming a version newer than `RunLog.logVersion` is `StoreError { reason: "SchemaVersion" }`.
+ *
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
@@ -42,6 +47,7 @@ import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
 import * as Approvals from "./internal/approvals.js"
 import { formatIssues } from "./internal/issues.js"
+import * as LogVersions from "./internal/logVersions.js"
 import * as RecordJson from "./internal/recordJson.js"
 import * as ModelReply from "./ModelReply.js"
 import { totalTokens } from "./ModelReply.js"
@@ -100,10 +106,18 @@ export declare namespace RunLogStore {
     readonly readLog: (runId: RunId, options?: ReadOptions) => Effect.Effect<RunLog.RunLog, StoreError>
     readonly start: (record: RunLog.RunStarted) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly appendReply: (runId: RunId, record: RunLog.ModelReplied) => Effect.Effect<void, StoreError | ConcurrentWriter>
-    /** Writes the step's result (null: a step with no action) and its completion atomically. */
+    /** Writes results of a step that is not complete yet, atomically (durable on return). */
+    readonly appendResults: (
+      runId: RunId,
+      results: Arr.NonEmptyReadonlyArray<RunLog.ActionResulted>
+    ) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /**
+     * Writes the step's remaining results (none: a step with no action, or whose results are all
+     * written) and its completion atomically.
+     */
     readonly completeStep: (
       runId: RunId,
-      result: RunLog.ActionResulted | null,
+      results: ReadonlyArray<RunLog.ActionResulted>,
       step: RunLog.StepCompleted
     ) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly appendResume: (runId: RunId, record: RunLog.RunResumed) => Effect.Effect<void, StoreError | ConcurrentWriter>
@@ -153,7 +167,7 @@ export interface Backend {
 }
 
 const encodeRecordEither = RecordJson.makeEncoder(RunLog.RunRecord)
-const decodeRecord = Schema.decodeUnknownEither(Schema.parseJson(RunLog.RunRecord))
+const decodeRecord = Schema.decodeUnknownEither(RunLog.RunRecord)
 
 /**
  * Encodes a record to the JSON text stored for it: the text of `Schema.encodeSync(RunRecord)`,
@@ -189,6 +203,15 @@ const outOfSequence = (runId: RunId, index: number, seq: unknown) =>
 const firstNotStarted = (runId: RunId) =>
   Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: the first record is not RunStarted` }))
 
+const newerVersion = (runId: RunId, index: number, version: number | undefined) =>
+  Effect.fail(
+    new StoreError({
+      reason: "SchemaVersion",
+      runId,
+      message: `run ${runId}: record ${index} was written with log schema version ${version}, newer than this polyloop reads (version ${RunLog.logVersion}); upgrade polyloop to read it`
+    })
+  )
+
 /** A stored `ModelReplied` whose reply may be in the pre-0140 shape (a raw finish reason): read as today's. */
 const storedReplied = (value: object): object => {
   const reply = (value as { readonly reply?: unknown }).reply
@@ -198,14 +221,14 @@ const storedReplied = (value: object): object => {
 }
 
 /**
- * Reads stored JSON texts into a log, trusting what the store wrote (see the module header):
- * each text must parse to an object with a known `_tag` (else `Decode`), sequence numbers must
- * run 0, 1, 2, … and the first record must be `RunStarted` (else `Corrupt`). The record
- * schemas are not run; `verifyLog` runs them.
+ * Parses stored texts into raw records: each must parse to an object with a known `_tag` (else
+ * `Decode`) and carry its index as `seq` (else `Corrupt`); the first must be `RunStarted`; no
+ * record may name a newer log schema version (`SchemaVersion`). A log started by version 1 is
+ * upgraded (`internal/logVersions.ts`).
  */
-export const decodeLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<RunLog.RunLog, StoreError> =>
+const parseRecords = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<Array<LogVersions.RawRecord>, StoreError> =>
   Effect.suspend(() => {
-    const records: Array<RunLog.RunRecord> = new Array(texts.length)
+    const records: Array<LogVersions.RawRecord> = new Array(texts.length)
     for (let i = 0; i < texts.length; i++) {
       let value: unknown
       try {
@@ -216,33 +239,69 @@ export const decodeLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Ef
       if (typeof value !== "object" || value === null || Array.isArray(value)) {
         return notDecodable(runId, i, "it is not a JSON object")
       }
-      const record = value as { readonly _tag?: unknown; readonly seq?: unknown }
-      if (!knownKinds.has(record._tag)) {
-        return notDecodable(runId, i, `${JSON.stringify(record._tag) ?? "a missing _tag"} is not a record kind`)
+      const record = value as LogVersions.RawRecord
+      const tag = record._tag
+      if (!knownKinds.has(tag)) {
+        return notDecodable(runId, i, `${JSON.stringify(tag) ?? "a missing _tag"} is not a record kind`)
       }
       if (record.seq !== i) return outOfSequence(runId, i, record.seq)
-      records[i] = (record._tag === "ModelReplied" ? storedReplied(value) : value) as RunLog.RunRecord
+      if (tag === "RunStarted" || tag === "RunResumed") {
+        const version = LogVersions.versionOf(record)
+        if (LogVersions.isNewer(version)) return newerVersion(runId, i, version)
+      }
+      records[i] = (tag === "ModelReplied" ? storedReplied(record) : record) as LogVersions.RawRecord
     }
-    if (records.length > 0 && records[0]!._tag !== "RunStarted") return firstNotStarted(runId)
-    return Effect.succeed(RunLog.fromRecords(records))
+    const first = records[0]
+    if (first !== undefined && first._tag !== "RunStarted") return firstNotStarted(runId)
+    if (first !== undefined && first.logVersion === undefined) LogVersions.upgradeV1(records)
+    return Effect.succeed(records)
   })
 
 /**
- * Reads stored JSON texts into a log, decoding every record with its full schema: anything
- * that does not decode is `StoreError { reason: "Decode" }`; sequence numbers and the first
- * record are checked as by `decodeLog`. For logs a person or a tool inspects.
+ * Reads stored JSON texts into a log, trusting what the store wrote (see the module header):
+ * each text must parse to an object with a known `_tag` (else `Decode`), sequence numbers must
+ * run 0, 1, 2, … and the first record must be `RunStarted` (else `Corrupt`), and no record may
+ * name a newer log schema version (`SchemaVersion`). Version-1 records are upgraded. The record
+ * schemas are not run; `verifyLog` runs them.
+ */
+export const decodeLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<RunLog.RunLog, StoreError> =>
+  Effect.map(parseRecords(runId, texts), (records) => RunLog.fromRecords(records as unknown as ReadonlyArray<RunLog.RunRecord>))
+
+const inconsistent = (runId: RunId, message: string) =>
+  Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: ${message}` }))
+
+/**
+ * Reads stored JSON texts into a log, decoding every record with its full schema (after the
+ * upgrade of version-1 records): anything that does not decode is `StoreError { reason:
+ * "Decode" }`; sequence numbers, the first record and versions are checked as by `decodeLog`;
+ * each `StepCompleted` must name results of its own step, and its `effective` must say whether
+ * one of them is `Executed` (else `Corrupt`). For logs a person or a tool inspects.
  */
 export const verifyLog = (runId: RunId, texts: ReadonlyArray<string>): Effect.Effect<RunLog.RunLog, StoreError> =>
-  Effect.suspend(() => {
+  Effect.flatMap(parseRecords(runId, texts), (raw) => {
     const records: Array<RunLog.RunRecord> = []
-    for (let i = 0; i < texts.length; i++) {
-      const decoded = decodeRecord(texts[i])
+    for (let i = 0; i < raw.length; i++) {
+      const decoded = decodeRecord(raw[i])
       if (decoded._tag === "Left") return notDecodable(runId, i, formatIssues(decoded.left))
-      if (decoded.right.seq !== i) return outOfSequence(runId, i, decoded.right.seq)
       records.push(decoded.right)
     }
-    if (records.length > 0 && records[0]?._tag !== "RunStarted") return firstNotStarted(runId)
-    return Effect.succeed(RunLog.fromRecords(records))
+    const log = RunLog.fromRecords(records)
+    const results = new Map<string, RunLog.ActionResulted>()
+    for (const result of log.results) results.set(result.resultId, result)
+    for (const step of log.steps) {
+      let effective = false
+      for (const id of step.resultIds) {
+        const result = results.get(id)
+        if (result === undefined || result.step !== step.step) {
+          return inconsistent(runId, `step ${step.step} names result ${id}, which is not a result of that step`)
+        }
+        if (result.outcome.status === "Executed") effective = true
+      }
+      if (step.effective !== effective) {
+        return inconsistent(runId, `step ${step.step} is recorded ${step.effective ? "effective" : "not effective"}, but its results say otherwise`)
+      }
+    }
+    return Effect.succeed(log)
   })
 
 /** The first record out of sequence within one append, if any. */
@@ -298,7 +357,8 @@ export const make = (backend: Backend): RunLogStore.Service => {
       Effect.flatMap(backend.read(runId), (texts) => options?.verify === true ? verifyLog(runId, texts) : decodeLog(runId, texts)),
     start: (record) => append(record.runId, [record]),
     appendReply: (runId, record) => append(runId, [record]),
-    completeStep: (runId, result, step) => append(runId, result === null ? [step] : [result, step]),
+    appendResults: (runId, results) => append(runId, results),
+    completeStep: (runId, results, step) => append(runId, results.length === 0 ? [step] : [...results, step] as unknown as Arr.NonEmptyReadonlyArray<RunLog.RunRecord>),
     appendResume: (runId, record) => append(runId, [record]),
     finish: (runId, record) => append(runId, [record]),
     appendRecords: append,
@@ -318,7 +378,8 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
     for (const reply of log.replies) tokens += totalTokens(reply.reply.usage)
     let elapsed = 0
     for (const step of log.steps) elapsed += step.elapsed
-    const effectiveSteps = log.results.filter((r) => r.outcome.status === "Executed").length
+    let effectiveSteps = 0
+    for (const step of log.steps) if (step.effective) effectiveSteps++
     return {
       runId: started.runId,
       agent,

@@ -46,7 +46,9 @@ export const Snapshot = Schema.Struct({
     budget: Budget,
     syntheticObservations: SyntheticObservations.SyntheticObservations,
     observationLimit: Schema.NullOr(Schema.Int),
-    historyRendering: AgentDefinition.HistoryRendering
+    historyRendering: AgentDefinition.HistoryRendering,
+    /** Whether a step runs several calls of a reply (design 0150); absent in snapshots of version-1 logs, read as false. */
+    parallelToolCalls: Schema.Boolean
   }),
   task: Schema.String,
   tools: Schema.Array(SnapshotTool),
@@ -62,6 +64,11 @@ export interface Input {
   readonly tools: ToolRegistry<unknown>
   /** The decision parser's `id`. */
   readonly parserId: string
+  /**
+   * The value of `parallelToolCalls` when the agent leaves it unset: true for a new run; for a
+   * resumed run, what its recorded snapshot says (`parallelToolCallsOf`). Default true.
+   */
+  readonly defaultParallelToolCalls?: boolean
 }
 
 /**
@@ -78,14 +85,19 @@ const syntheticOf = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["to
  * The agent part of a snapshot: the whole definition except `modelRetry`, defaults filled in,
  * for a run with these tools (as `toolsPart` gives them).
  */
-export const agentPart = (agent: AgentDefinition.AgentDefinition, tools: Snapshot["tools"]): Snapshot["agent"] => ({
+export const agentPart = (
+  agent: AgentDefinition.AgentDefinition,
+  tools: Snapshot["tools"],
+  defaultParallelToolCalls: boolean = true
+): Snapshot["agent"] => ({
   name: agent.name,
   systemPrompt: agent.systemPrompt,
   modelSettings: agent.modelSettings,
   budget: agent.budget,
   syntheticObservations: syntheticOf(agent, tools),
   observationLimit: agent.observationLimit ?? null,
-  historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering
+  historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering,
+  parallelToolCalls: agent.parallelToolCalls ?? defaultParallelToolCalls
 })
 
 /** The tools part of a snapshot: the registry's model view with replay policies, completion markers and approvals. */
@@ -106,11 +118,29 @@ export const toolsPart = (registry: ToolRegistry<unknown>): Snapshot["tools"] =>
 /** The snapshot of a configuration (defaults filled in: what the loop will actually use). */
 export const make = (input: Input): Snapshot => {
   const tools = toolsPart(input.tools)
-  return { polyloop: version, agent: agentPart(input.agent, tools), task: input.task, tools, parser: input.parserId }
+  return { polyloop: version, agent: agentPart(input.agent, tools, input.defaultParallelToolCalls), task: input.task, tools, parser: input.parserId }
 }
 
 const isPlainObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * A recorded snapshot value read as the current shape: a snapshot recorded before design 0150
+ * has no `agent.parallelToolCalls`, and that run took one action per step, so it reads as
+ * `false`. Any other value is returned as it is.
+ */
+export const upgrade = (recorded: unknown): unknown => {
+  if (!isPlainObject(recorded) || !isPlainObject(recorded.agent) || "parallelToolCalls" in recorded.agent) return recorded
+  return { ...recorded, agent: { ...recorded.agent, parallelToolCalls: false } }
+}
+
+/** The `parallelToolCalls` a recorded snapshot value says the run runs with (after `upgrade`); true if it says nothing readable. */
+export const parallelToolCallsOf = (recorded: unknown): boolean => {
+  const value = upgrade(recorded)
+  return isPlainObject(value) && isPlainObject(value.agent) && typeof value.agent.parallelToolCalls === "boolean"
+    ? value.agent.parallelToolCalls
+    : true
+}
 
 /**
  * Canonical JSON text of a JSON-like value: object keys sorted by code unit, no whitespace,
@@ -215,12 +245,28 @@ const beforeTruncatedText = (current: unknown): unknown => {
 /**
  * Whether a recorded snapshot (its hash) is the current configuration's: the same hash, or —
  * for a run started before design 0140, whose snapshot has no `truncated` text — the same hash
- * once the current default `truncated` text is left out.
+ * once the current default `truncated` text is left out; or — for a run started before design
+ * 0150 — once `parallelToolCalls: false` is left out.
  */
 export const matches = (recordedHash: string, current: Encoded): boolean => {
   if (recordedHash === current.hash) return true
   const older = beforeTruncatedText(current.value)
-  return older !== undefined && hash(older) === recordedHash
+  if (older !== undefined && hash(older) === recordedHash) return true
+  // Before design 0150 a snapshot had no `parallelToolCalls`: such a run took one action per
+  // step, so it is the current configuration when that says `false` (with or without the
+  // `truncated` text of design 0140).
+  for (const form of [current.value, older]) {
+    const oneActionPerStep = form === undefined ? undefined : beforeParallelToolCalls(form)
+    if (oneActionPerStep !== undefined && hash(oneActionPerStep) === recordedHash) return true
+  }
+  return false
+}
+
+/** A snapshot value as a version before design 0150 would have recorded it: `parallelToolCalls: false` left out (else undefined). */
+const beforeParallelToolCalls = (current: unknown): unknown => {
+  if (!isPlainObject(current) || !isPlainObject(current.agent) || current.agent.parallelToolCalls !== false) return undefined
+  const { parallelToolCalls: _dropped, ...older } = current.agent
+  return { ...current, agent: older }
 }
 
 const toolsByName = (snapshot: unknown): Map<string, unknown> => {

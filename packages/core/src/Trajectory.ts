@@ -21,6 +21,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import type { StoreError } from "./Errors.js"
+import * as History from "./internal/history.js"
 import * as Recorded from "./internal/recorded.js"
 import * as LogFile from "./LogFile.js"
 import type * as Message from "./Message.js"
@@ -171,12 +172,16 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
       const decision = completed.decision
       const toolCalls = assistant.toolCalls.length > 0
         ? assistant.toolCalls.map((call) => ({ tool_call_id: call.id, function_name: call.name, arguments: argumentsObject(call.argumentsText) }))
-        : decision._tag === "Act" && decision.action._tag === "ToolCall"
-        ? [{
-          tool_call_id: decision.action.id === "" ? `call_${k}` : decision.action.id,
-          function_name: decision.action.name,
-          arguments: isObject(decision.action.arguments) ? decision.action.arguments : { _value: decision.action.arguments }
-        }]
+        : decision._tag === "Act"
+        ? decision.actions.flatMap((action, index) =>
+          action._tag === "ToolCall"
+            ? [{
+              tool_call_id: History.callIdOf(action, k, index),
+              function_name: action.name,
+              arguments: isObject(action.arguments) ? action.arguments : { _value: action.arguments }
+            }]
+            : []
+        )
         : []
       const single = toolCalls.length === 1 ? toolCalls[0]!.tool_call_id : undefined
       const results = feedback.map((message) =>
@@ -189,7 +194,7 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
       const usage = completed.usage
       promptTokens += usage.inputTokens
       completionTokens += usage.outputTokens
-      const result = completed.resultId === null ? undefined : log.results.find((r) => r.resultId === completed.resultId)
+      const stepResults = completed.resultIds.map((id) => log.results.find((r) => r.resultId === id)).filter((r) => r !== undefined)
       steps.push({
         step_id: steps.length + 1,
         source: "agent",
@@ -201,12 +206,15 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
         extra: {
           polyloop_step: k,
           decision: decision._tag,
-          ...(decision._tag === "Act" && decision.action._tag === "CodeAction"
-            ? { code_action: { language: decision.action.language, code: decision.action.code } }
+          ...(decision._tag === "Act" && decision.actions[0]._tag === "CodeAction"
+            ? { code_action: { language: decision.actions[0].language, code: decision.actions[0].code } }
             : {}),
-          ...(result === undefined
-            ? {}
-            : { status: result.outcome.status, observation_is_synthetic: result.outcome.observationIsSynthetic })
+          // One result: its status; several (design 0150): each one's, in call order.
+          ...(stepResults.length === 1
+            ? { status: stepResults[0]!.outcome.status, observation_is_synthetic: stepResults[0]!.outcome.observationIsSynthetic }
+            : stepResults.length > 1
+            ? { statuses: stepResults.map((r) => r.outcome.status), observations_are_synthetic: stepResults.map((r) => r.outcome.observationIsSynthetic) }
+            : {})
         }
       })
     }
@@ -228,7 +236,7 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
         total_steps: steps.length,
         extra: {
           polyloop_steps: log.steps.length,
-          effective_steps: log.results.filter((r) => r.outcome.status === "Executed").length
+          effective_steps: log.steps.filter((s) => s.effective).length
         }
       },
       extra: {

@@ -98,8 +98,8 @@ describe("JsonActionParser: actions", () => {
     Effect.gen(function*() {
       const parsed = yield* parse("{\"tool\": \"t\", \"__proto__\": {\"polluted\": true}}")
       assert.strictEqual(parsed._tag, "Act")
-      if (parsed._tag === "Act" && parsed.action._tag === "ToolCall") {
-        const args = parsed.action.arguments as Record<string, unknown>
+      if (parsed._tag === "Act" && parsed.actions[0]._tag === "ToolCall") {
+        const args = parsed.actions[0].arguments as Record<string, unknown>
         assert.isTrue(Object.prototype.hasOwnProperty.call(args, "__proto__"))
         assert.strictEqual(Object.getPrototypeOf(args), Object.prototype)
         assert.isUndefined(({} as Record<string, unknown>)["polluted"])
@@ -177,7 +177,31 @@ describe("JsonActionParser: a distinct explanation for each failure", () => {
       const text = explanation(yield* parse("{\"tool\": \"a\"}\nthen\n{\"tool\": \"b\"}"))
       assert.include(text, "contains 2 JSON objects")
       assert.include(text, "one action per step")
-      assert.include(explanation(yield* parse("[{\"tool\": \"a\"}, {\"tool\": \"b\"}, {\"tool\": \"c\"}]")), "contains 3 JSON objects")
+      // Two arrays are not one array of actions.
+      assert.include(explanation(yield* parse("[{\"tool\": \"a\"}] and [{\"tool\": \"b\"}]")), "contains 2 JSON objects")
+    }))
+
+  it.effect("a JSON array of actions is one Act with each, in order (fenced, flattened arguments allowed)", () =>
+    Effect.gen(function*() {
+      const parsed = yield* parse(
+        "Doing three things:\n```json\n[{\"tool\": \"a\"}, {\"tool\": \"b\", \"path\": \"x\"},\n {\"name\": \"c\", \"arguments\": {\"n\": 1}}]\n```"
+      )
+      assert.deepStrictEqual(
+        parsed,
+        ParsedReply.actAll([
+          { _tag: "ToolCall", id: "", name: "a", arguments: {} },
+          { _tag: "ToolCall", id: "", name: "b", arguments: { path: "x" } },
+          { _tag: "ToolCall", id: "", name: "c", arguments: { n: 1 } }
+        ])
+      )
+      assert.deepStrictEqual(yield* parse("[{\"tool\": \"a\"}]"), ParsedReply.act({ _tag: "ToolCall", id: "", name: "a", arguments: {} }))
+    }))
+
+  it.effect("an array with an element that is not a tool call, or a final answer among calls, is InvalidDecision naming the element", () =>
+    Effect.gen(function*() {
+      assert.include(explanation(yield* parse("[{\"tool\": \"a\"}, {\"path\": \"x\"}]")), "In element 2 of your array of actions: Your JSON object does not name a tool")
+      assert.include(explanation(yield* parse("[{\"tool\": \"a\"}, {\"final_answer\": \"done\"}]")), "Element 2 of your array of actions is a final answer")
+      assert.include(explanation(yield* parse("[{\"tool\": \"a\"}, 3, {\"tool\": \"b\"}]")), "contains 2 JSON objects")
     }))
 
   it.effect("malformed JSON, with the problem and where it is in the reply", () =>

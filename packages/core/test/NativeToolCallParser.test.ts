@@ -55,14 +55,44 @@ describe("NativeToolCallParser", () => {
       assert.include(prose, "expected a value but found \"p\" (line 1, column 1)")
     }))
 
-  it.effect("several calls are InvalidDecision: one action per step", () =>
+  it.effect("several calls are one Act with all of them, in the reply's order (design 0150)", () =>
     Effect.gen(function*() {
-      const parsed = yield* parser.parse(reply("", ["c1", "read", "{}"], ["c2", "write", "{}"]))
-      const text = explanation(parsed)
-      assert.include(text, "one action per step")
-      assert.include(text, "2 tools")
-      assert.include(text, "\"read\", \"write\"")
+      const parsed = yield* parser.parse(reply("", ["c1", "read", "{\"path\":\"a\"}"], ["c2", "write", ""], ["c3", "read", "{\"path\":\"b\"}"]))
+      assert.deepStrictEqual(
+        parsed,
+        ParsedReply.actAll([
+          { _tag: "ToolCall", id: "c1", name: "read", arguments: { path: "a" } },
+          { _tag: "ToolCall", id: "c2", name: "write", arguments: {} },
+          { _tag: "ToolCall", id: "c3", name: "read", arguments: { path: "b" } }
+        ])
+      )
     }))
+
+  it.effect("several calls, one with arguments that are not JSON: InvalidDecision naming it, none run", () =>
+    Effect.gen(function*() {
+      const text = explanation(yield* parser.parse(reply("", ["c1", "read", "{}"], ["c2", "write", "{nope"])))
+      assert.include(text, "call 2 (to \"write\") are not valid JSON")
+      assert.include(text, "None of your 2 calls was run")
+    }))
+
+  it.effect("several calls sharing an id: InvalidDecision (each call needs its own id); empty ids may repeat", () =>
+    Effect.gen(function*() {
+      const text = explanation(yield* parser.parse(reply("", ["c1", "read", "{}"], ["c1", "write", "{}"])))
+      assert.include(text, "share the id \"c1\"")
+      const parsed = yield* parser.parse(reply("", ["", "read", "{}"], ["", "write", "{}"]))
+      assert.strictEqual(parsed._tag === "Act" ? parsed.actions.length : 0, 2)
+    }))
+
+  it("the one-action-per-step explanation is the text this parser gave for several calls before design 0150", () => {
+    const decision = ParsedReply.oneActionPerStep([
+      { _tag: "ToolCall", id: "c1", name: "read", arguments: {} },
+      { _tag: "ToolCall", id: "c2", name: "write", arguments: {} }
+    ])
+    assert.deepStrictEqual(
+      decision,
+      ParsedReply.invalid("You called 2 tools at once (\"read\", \"write\"); this agent takes one action per step. Call exactly one tool.")
+    )
+  })
 
   it.effect("no call and some text is Finish with the text by default, NoAction by option", () =>
     Effect.gen(function*() {

@@ -163,6 +163,7 @@ const result = (args: unknown): RunLog.ActionResulted => ({
   seq: 2,
   resultId: Ids.resultIdFor(0),
   step: Ids.StepIndex.make(0),
+  callIndex: 0,
   action: call(args),
   outcome: { status: "Executed", observation: "ok", observationIsSynthetic: false, envReportedCompletion: false, observationTruncatedChars: 0 },
   executorObservation: "ok",
@@ -174,7 +175,8 @@ const completed = (fields: Partial<RunLog.StepCompleted> = {}): RunLog.StepCompl
   seq: 3,
   step: Ids.StepIndex.make(0),
   decision: ParsedReply.act(call({})),
-  resultId: Ids.resultIdFor(0),
+  resultIds: [Ids.resultIdFor(0)],
+  effective: true,
   usage: { inputTokens: 3, outputTokens: 4 },
   elapsed: 5,
   ...fields
@@ -189,22 +191,22 @@ const cyclic = (): unknown => {
 /** Writes that must be refused after `RunStarted` and the reply are written. */
 const poisoned: ReadonlyArray<readonly [string, (store: RunLogStore.RunLogStore.Service) => Effect.Effect<void, unknown>]> = [
   ["NaN usage in a reply", (s) => s.appendReply(runId, replied({ ...reply, usage: { inputTokens: Number.NaN, outputTokens: 1 } }))],
-  ["Infinity elapsed in a step", (s) => s.completeStep(runId, result({}), completed({ elapsed: Number.POSITIVE_INFINITY }))],
-  ["a bigint argument", (s) => s.completeStep(runId, result({ n: 10n }), completed())],
-  ["NaN inside the arguments", (s) => s.completeStep(runId, result({ n: [1, Number.NaN] }), completed())],
-  ["-Infinity inside the arguments", (s) => s.completeStep(runId, result({ deep: { n: Number.NEGATIVE_INFINITY } }), completed())],
-  ["undefined inside an array of the arguments", (s) => s.completeStep(runId, result({ list: [1, undefined, 3] }), completed())],
-  ["a Date inside the arguments", (s) => s.completeStep(runId, result({ at: new Date(0) }), completed())],
-  ["a Map as the arguments", (s) => s.completeStep(runId, result(new Map([["a", 1]])), completed())],
-  ["a function inside the arguments", (s) => s.completeStep(runId, result({ f: () => 1 }), completed())],
-  ["a symbol inside an array of the arguments", (s) => s.completeStep(runId, result({ list: [Symbol("x")] }), completed())],
-  ["a cycle in the arguments", (s) => s.completeStep(runId, result(cyclic()), completed())],
+  ["Infinity elapsed in a step", (s) => s.completeStep(runId, [result({})], completed({ elapsed: Number.POSITIVE_INFINITY }))],
+  ["a bigint argument", (s) => s.completeStep(runId, [result({ n: 10n })], completed())],
+  ["NaN inside the arguments", (s) => s.completeStep(runId, [result({ n: [1, Number.NaN] })], completed())],
+  ["-Infinity inside the arguments", (s) => s.completeStep(runId, [result({ deep: { n: Number.NEGATIVE_INFINITY } })], completed())],
+  ["undefined inside an array of the arguments", (s) => s.completeStep(runId, [result({ list: [1, undefined, 3] })], completed())],
+  ["a Date inside the arguments", (s) => s.completeStep(runId, [result({ at: new Date(0) })], completed())],
+  ["a Map as the arguments", (s) => s.completeStep(runId, [result(new Map([["a", 1]]))], completed())],
+  ["a function inside the arguments", (s) => s.completeStep(runId, [result({ f: () => 1 })], completed())],
+  ["a symbol inside an array of the arguments", (s) => s.completeStep(runId, [result({ list: [Symbol("x")] })], completed())],
+  ["a cycle in the arguments", (s) => s.completeStep(runId, [result(cyclic())], completed())],
   ["a value nested deeper than the fast check, holding NaN", (s) => {
     let deep: unknown = Number.NaN
     for (let i = 0; i < 100; i++) deep = [deep]
-    return s.completeStep(runId, result({ deep }), completed())
+    return s.completeStep(runId, [result({ deep })], completed())
   }],
-  ["NaN in the decision's arguments (the step record alone)", (s) => s.completeStep(runId, null, completed({ decision: ParsedReply.act(call({ n: Number.NaN })), resultId: null }))]
+  ["NaN in the decision's arguments (the step record alone)", (s) => s.completeStep(runId, [], completed({ decision: ParsedReply.act(call({ n: Number.NaN })), resultIds: [], effective: false }))]
 ]
 
 /** A memory backend whose rows the test can see. */
@@ -235,7 +237,7 @@ describe("RunLogStore.make: what would poison the log is refused", () => {
         assert.deepStrictEqual(yield* read(runId), rowsBefore)
         assert.deepStrictEqual(yield* store.readLog(runId), before)
         // The run goes on: the well-formed step is accepted afterwards.
-        yield* store.completeStep(runId, result({ n: 1 }), completed())
+        yield* store.completeStep(runId, [result({ n: 1 })], completed())
         assert.strictEqual(RunLog.size(yield* store.readLog(runId, { verify: true })), 4)
       }))
   }
@@ -245,7 +247,7 @@ describe("RunLogStore.make: what would poison the log is refused", () => {
       const { store } = observedMemory()
       yield* store.start(started)
       yield* store.appendReply(runId, replied(reply))
-      yield* store.completeStep(runId, result({ a: undefined, b: 1 }), completed())
+      yield* store.completeStep(runId, [result({ a: undefined, b: 1 })], completed())
       const log = yield* store.readLog(runId, { verify: true })
       assert.deepStrictEqual(log.results[0]?.action, call({ b: 1 }))
     }))

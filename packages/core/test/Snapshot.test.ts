@@ -79,6 +79,7 @@ describe("Snapshot", () => {
         modelSettings: { model: "m-1", temperature: 0 },
         name: "snap-agent",
         observationLimit: null,
+        parallelToolCalls: true,
         syntheticObservations: { ...baseAgent.syntheticObservations },
         systemPrompt: "Be brief."
       },

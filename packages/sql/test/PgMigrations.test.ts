@@ -59,7 +59,7 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
           F.completed(3, 0, true, 12),
           F.replied(4, 1, 2),
           F.resulted(5, 1, "NotExecuted"),
-          F.completed(6, 1, true, 3),
+          F.completed(6, 1, true, 3, 10, false),
           F.finished(7, { _tag: "Completed", by: "Tool" }, 500)
         ],
         [open]: [F.started(open, { agent: "rookie", startedAt: 200 }), F.resumed(1, 0), F.replied(2, 0, 9)]
@@ -95,7 +95,7 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       const gap = yield* Effect.flip(store.appendReply(open, F.replied(4, 0)))
       assert.instanceOf(gap, ConcurrentWriter)
       assert.deepStrictEqual([gap._tag, (gap as ConcurrentWriter).expectedSeq, (gap as ConcurrentWriter).actualSeq], ["ConcurrentWriter", 3, 4])
-      yield* store.completeStep(open, F.resulted(3, 0), F.completed(4, 0, true, 8, 9))
+      yield* store.completeStep(open, [F.resulted(3, 0)], F.completed(4, 0, true, 8, 9))
       const summary = (yield* store.listRuns({ status: "Unfinished" }))[0]
       assert.deepStrictEqual(summary, Option.getOrThrow(RunLogStore.summarize(yield* store.readLog(open))))
     }))

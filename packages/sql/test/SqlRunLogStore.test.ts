@@ -101,8 +101,8 @@ describe("SqlRunLogStore on SQLite", () => {
             written.push(reply)
             yield* check
             const result = s.status === null ? null : F.resulted(seq++, step, s.status, s.observation)
-            const done = F.completed(seq++, step, result !== null, s.elapsed, s.tokens)
-            yield* store.completeStep(runId, result, done)
+            const done = F.completed(seq++, step, result !== null, s.elapsed, s.tokens, s.status === "Executed")
+            yield* store.completeStep(runId, result === null ? [] : [result], done)
             if (result !== null) written.push(result)
             written.push(done)
             yield* check
@@ -163,7 +163,7 @@ describe("SqlRunLogStore on SQLite", () => {
         sameError(duplicate, new ConcurrentWriter({ runId, expectedSeq: next, actualSeq: 1 }))
         const gap = yield* fail(store.appendReply(runId, F.replied(next + 2, 1)))
         sameError(gap, new ConcurrentWriter({ runId, expectedSeq: next, actualSeq: next + 2 }))
-        const gapStep = yield* fail(store.completeStep(runId, F.resulted(next + 1, 1), F.completed(next + 2, 1, true)))
+        const gapStep = yield* fail(store.completeStep(runId, [F.resulted(next + 1, 1)], F.completed(next + 2, 1, true)))
         sameError(gapStep, new ConcurrentWriter({ runId, expectedSeq: next, actualSeq: next + 1 }))
         const notStarted = freshRunId("not-started")
         const orphan = yield* fail(store.appendReply(notStarted, F.replied(0, 0)))
@@ -221,12 +221,12 @@ describe("SqlRunLogStore: atomic steps under injected faults", () => {
           const before = yield* store.readLog(runId)
           const summaryBefore = yield* store.listRuns()
           faults.failAt = stage
-          const error = yield* fail(store.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+          const error = yield* fail(store.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true)))
           faults.failAt = null
           assert.strictEqual(error._tag, "StoreError")
           assert.deepStrictEqual(yield* store.readLog(runId), before)
           assert.deepStrictEqual(yield* store.listRuns(), summaryBefore)
-          yield* store.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true))
+          yield* store.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true))
           const after = yield* store.readLog(runId)
           assert.strictEqual(after.results.length, 1)
           assert.strictEqual(after.steps.length, 1)
@@ -241,7 +241,7 @@ describe("SqlRunLogStore: atomic steps under injected faults", () => {
         yield* store.appendReply(runId, F.replied(1, 0))
         const reached = yield* Deferred.make<void>()
         faults.hang = reached
-        const fiber = yield* Effect.fork(store.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+        const fiber = yield* Effect.fork(store.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true)))
         yield* Deferred.await(reached)
         faults.hang = null
         yield* Fiber.interrupt(fiber)
@@ -249,7 +249,7 @@ describe("SqlRunLogStore: atomic steps under injected faults", () => {
         assert.strictEqual(RunLog.size(log), 2)
         assert.strictEqual(log.results.length, 0)
         assert.strictEqual(log.steps.length, 0)
-        yield* store.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true))
+        yield* store.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true))
         assert.strictEqual(RunLog.size(yield* store.readLog(runId)), 4)
       }))
   })
@@ -405,8 +405,8 @@ describe("SqlRunLogStore: claims", () => {
       const [a, b, c, d] = runs as [RunId, RunId, RunId, RunId]
       const outcomes = yield* Effect.all(
         [
-          Effect.either(store.completeStep(a, F.resulted(1, 0), F.completed(2, 0, true))),
-          Effect.either(store.completeStep(b, F.resulted(1, 0), F.completed(2, 0, true))),
+          Effect.either(store.completeStep(a, [F.resulted(1, 0)], F.completed(2, 0, true))),
+          Effect.either(store.completeStep(b, [F.resulted(1, 0)], F.completed(2, 0, true))),
           Effect.either(store.appendReply(c, F.replied(1, 0, 7))),
           Effect.either(store.appendReply(d, F.replied(5, 0)))
         ],
@@ -451,7 +451,7 @@ describe("SqlRunLogStore: claims", () => {
       // Each step: the replies of all runs at once, then their results and completions at once.
       const appends: ReadonlyArray<readonly [string, (runId: RunId, step: number) => Effect.Effect<void, unknown>, (step: number) => number]> = [
         ["reply", (runId, step) => store.appendReply(runId, F.replied(1 + 3 * step, step)), (step) => 1 + 3 * step],
-        ["completion", (runId, step) => store.completeStep(runId, F.resulted(2 + 3 * step, step), F.completed(3 + 3 * step, step, true)), (step) => 3 + 3 * step]
+        ["completion", (runId, step) => store.completeStep(runId, [F.resulted(2 + 3 * step, step)], F.completed(3 + 3 * step, step, true)), (step) => 3 + 3 * step]
       ]
       for (let step = 0; step < 5; step++) {
         for (const [name, write, lastSeq] of appends) {
@@ -480,18 +480,18 @@ describe("SqlRunLogStore: claims", () => {
           const summaryBefore = yield* a.listRuns()
           // Another process took the lease over (as after an expiry).
           yield* sql`UPDATE polyloop_claims SET owner = 'other-host:1:1:x' WHERE run_id = ${runId}`
-          const taken = yield* fail(a.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+          const taken = yield* fail(a.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true)))
           sameError(taken, new ConcurrentWriter({ runId, expectedSeq: 2, actualSeq: 2, leaseHolder: "other-host:1:1:x" }))
           // The lease row is gone altogether.
           yield* sql`DELETE FROM polyloop_claims WHERE run_id = ${runId}`
-          const gone = yield* fail(a.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+          const gone = yield* fail(a.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true)))
           sameError(gone, new ConcurrentWriter({ runId, expectedSeq: 2, actualSeq: 2, leaseHolder: "" }))
           assert.deepStrictEqual(yield* a.readLog(runId), before)
           assert.deepStrictEqual(yield* a.listRuns(), summaryBefore)
         })
       )
       // Without a claim the store does not fence: the next record fits.
-      yield* a.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true))
+      yield* a.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true))
       assert.strictEqual(RunLog.size(yield* a.readLog(runId)), 4)
     }))
 })
@@ -533,7 +533,7 @@ describe("SqlRunLogStore: migrations", () => {
           F.completed(3, 0, true, 12),
           F.replied(4, 1, 2),
           F.resulted(5, 1, "NotExecuted"),
-          F.completed(6, 1, true, 3),
+          F.completed(6, 1, true, 3, 10, false),
           F.finished(7, { _tag: "Completed", by: "Tool" }, 500)
         ],
         [open]: [F.started(open, { agent: "rookie", startedAt: 200 }), F.resumed(1, 0), F.replied(2, 0, 9)]
@@ -570,7 +570,7 @@ describe("SqlRunLogStore: migrations", () => {
       // The backfilled next sequence number is right: the next record fits, a gap does not.
       const gap = yield* fail(store.appendReply(open, F.replied(4, 0)))
       sameError(gap, new ConcurrentWriter({ runId: open, expectedSeq: 3, actualSeq: 4 }))
-      yield* store.completeStep(open, F.resulted(3, 0), F.completed(4, 0, true, 8, 9))
+      yield* store.completeStep(open, [F.resulted(3, 0)], F.completed(4, 0, true, 8, 9))
       const summary = (yield* store.listRuns({ status: "Unfinished" }))[0]
       assert.deepStrictEqual(summary, Option.getOrThrow(RunLogStore.summarize(yield* store.readLog(open))))
     }))

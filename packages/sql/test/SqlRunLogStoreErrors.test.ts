@@ -152,7 +152,7 @@ describe.sequential("SqlRunLogStore: failures are typed StoreErrors and lose not
         written.push(reply)
         const result = F.resulted(seq + 1, step, "Executed", `${step}:`.padEnd(1500, "o"))
         const done = F.completed(seq + 2, step, true)
-        const stepExit = yield* Effect.either(store.completeStep(runId, result, done))
+        const stepExit = yield* Effect.either(store.completeStep(runId, [result], done))
         if (stepExit._tag === "Left") {
           failure = { error: stepExit.left, during: "completeStep", seq: seq + 1, step }
           break
@@ -176,7 +176,7 @@ describe.sequential("SqlRunLogStore: failures are typed StoreErrors and lose not
         yield* store.appendReply(runId, F.replied(next, nextStep, 5))
         next++
       }
-      yield* store.completeStep(runId, F.resulted(next, nextStep, "Executed", "fits"), F.completed(next + 1, nextStep, true))
+      yield* store.completeStep(runId, [F.resulted(next, nextStep, "Executed", "fits")], F.completed(next + 1, nextStep, true))
       const log = yield* store.readLog(runId)
       assert.strictEqual(RunLog.size(log), next + 2)
       assert.strictEqual(log.steps.length, nextStep + 1)
@@ -232,7 +232,7 @@ describe.sequential("SqlRunLogStore: failures are typed StoreErrors and lose not
       )
       yield* Deferred.await(locked)
 
-      const error = yield* fail(store.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true)))
+      const error = yield* fail(store.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true)))
       const e = assertStoreError(error, "Unavailable", file)
       assert.include(e.message, "locked")
       // A claim is a write too: it fails with the store's error, never with RunBusy.
@@ -243,7 +243,7 @@ describe.sequential("SqlRunLogStore: failures are typed StoreErrors and lose not
       assert.deepStrictEqual(yield* store.readLog(runId), before)
 
       yield* Fiber.interrupt(holder)
-      yield* store.completeStep(runId, F.resulted(2, 0), F.completed(3, 0, true))
+      yield* store.completeStep(runId, [F.resulted(2, 0)], F.completed(3, 0, true))
       assert.strictEqual(RunLog.size(yield* store.readLog(runId)), 4)
     }))
 })

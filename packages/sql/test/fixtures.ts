@@ -52,6 +52,7 @@ export const resulted = (seq: number, step: number, status: Status = "Executed",
   seq,
   resultId: resultIdFor(step),
   step: StepIndex.make(step),
+  callIndex: 0,
   action: { _tag: "ToolCall", id: `call_${step}`, name: "echo", arguments: { text: String(step) } },
   outcome: status === "Executed"
     ? ActionOutcome.executed(observation)
@@ -62,14 +63,16 @@ export const resulted = (seq: number, step: number, status: Status = "Executed",
   handlerFailed: false
 })
 
-export const completed = (seq: number, step: number, withResult: boolean, elapsed = 5, tokens = 10): RunLog.StepCompleted => ({
+/** A step's completion; with a result, `effective` says whether it was `Executed` (default: as `resulted`'s default). */
+export const completed = (seq: number, step: number, withResult: boolean, elapsed = 5, tokens = 10, effective = withResult): RunLog.StepCompleted => ({
   _tag: "StepCompleted",
   seq,
   step: StepIndex.make(step),
   decision: withResult
-    ? { _tag: "Act", action: { _tag: "ToolCall", id: `call_${step}`, name: "echo", arguments: { text: String(step) } } }
+    ? { _tag: "Act", actions: [{ _tag: "ToolCall", id: `call_${step}`, name: "echo", arguments: { text: String(step) } }] }
     : { _tag: "NoAction" },
-  resultId: withResult ? resultIdFor(step) : null,
+  resultIds: withResult ? [resultIdFor(step)] : [],
+  effective,
   usage: { inputTokens: tokens, outputTokens: Math.floor(tokens / 2) },
   elapsed
 })
@@ -116,10 +119,10 @@ export const writeSteps = (
     for (const plan of steps) {
       yield* store.appendReply(runId, replied(seq++, step, plan.tokens))
       if (plan.status === null) {
-        yield* store.completeStep(runId, null, completed(seq++, step, false, plan.elapsed, plan.tokens))
+        yield* store.completeStep(runId, [], completed(seq++, step, false, plan.elapsed, plan.tokens))
       } else {
         const result = resulted(seq++, step, plan.status, plan.observation)
-        yield* store.completeStep(runId, result, completed(seq++, step, true, plan.elapsed, plan.tokens))
+        yield* store.completeStep(runId, [result], completed(seq++, step, true, plan.elapsed, plan.tokens, plan.status === "Executed"))
       }
       step++
     }

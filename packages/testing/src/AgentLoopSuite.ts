@@ -14,7 +14,7 @@
  * `outcomes.ts` (what replies and actions become, completion), `failures.ts` (model, store,
  * parser and executor failures), `interruption.ts` (interruption and resume at every step
  * boundary), `claims.ts` (idempotence, claims, refused requests), `budgets.ts`, `history.ts`
- * (what the model sees), `events.ts`. They share `fixtures.ts` (parser, tools, sinks,
+ * (what the model sees), `events.ts`, `parallel.ts` (several tool calls in one reply, design 0150). They share `fixtures.ts` (parser, tools, sinks,
  * executors) and `harness.ts` (`Harness`, `SuiteContext`, shared helpers).
  *
  * Adding a concern: write `internal/loop/<concern>.ts` exporting
@@ -41,6 +41,7 @@ import { type Concern, type Harness, makeHarness, sixSteps, type SuiteContext } 
 import * as History from "./internal/loop/history.js"
 import * as Interruption from "./internal/loop/interruption.js"
 import * as Outcomes from "./internal/loop/outcomes.js"
+import * as Parallel from "./internal/loop/parallel.js"
 import { vitest } from "./internal/vitest.js"
 
 /** Options of the suite. */
@@ -57,7 +58,8 @@ const concerns: ReadonlyArray<Concern> = [
   Claims.register,
   Budgets.register,
   History.register,
-  Events.register
+  Events.register,
+  Parallel.register
 ]
 
 /**

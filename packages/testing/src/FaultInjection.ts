@@ -98,8 +98,9 @@ export const store = (inner: RunLogStore.RunLogStore.Service, plan: FaultPlan): 
     ...inner,
     start: (record) => guard(record.runId, [record]).pipe(Effect.zipRight(inner.start(record))),
     appendReply: (runId, record) => guard(runId, [record]).pipe(Effect.zipRight(inner.appendReply(runId, record))),
-    completeStep: (runId, result, step) =>
-      guard(runId, result === null ? [step] : [result, step]).pipe(Effect.zipRight(inner.completeStep(runId, result, step))),
+    appendResults: (runId, results) => guard(runId, results).pipe(Effect.zipRight(inner.appendResults(runId, results))),
+    completeStep: (runId, results, step) =>
+      guard(runId, [...results, step]).pipe(Effect.zipRight(inner.completeStep(runId, results, step))),
     appendResume: (runId, record) => guard(runId, [record]).pipe(Effect.zipRight(inner.appendResume(runId, record))),
     finish: (runId, record) => guard(runId, [record]).pipe(Effect.zipRight(inner.finish(runId, record))),
     ...(appendRecords === undefined

@@ -212,13 +212,15 @@ const expectBusy = (store: Service, runId: RunId, when: string) =>
 
 const claimOk = (store: Service, runId: RunId, when: string) => ok(`claim(${show(runId)}) ${when}`, Effect.scoped(store.claim(runId)))
 
+type BadKind = "Start" | "Reply" | "Results" | "ResultsGapInside" | "Complete" | "CompleteGapInside" | "Resume" | "Finish"
+
 interface BadWrite {
   readonly label: string
   readonly perform: (store: Service, runId: RunId) => Effect.Effect<void, unknown>
 }
 
 const badWrite = (
-  kind: "Start" | "Reply" | "Complete" | "CompleteGapInside" | "Resume" | "Finish",
+  kind: BadKind,
   seq: number,
   t: typeof Arb.templates extends FastCheck.Arbitrary<infer T> ? T : never,
   runId: RunId
@@ -230,13 +232,20 @@ const badWrite = (
       return { label: `appendReply(seq ${seq})`, perform: (s, r) => s.appendReply(r, { ...t.reply, seq }) }
     case "Complete":
       return {
-        label: `completeStep(seq ${seq}, ${seq + 1})`,
-        perform: (s, r) => s.completeStep(r, { ...t.result, seq }, { ...t.step, seq: seq + 1 })
+        label: `completeStep(seq ${seq}, ${seq + 1}, ${seq + 2}) (two results and the step)`,
+        perform: (s, r) => s.completeStep(r, [{ ...t.result, seq }, { ...t.result, callIndex: 1, seq: seq + 1 }], { ...t.step, seq: seq + 2 })
       }
     case "CompleteGapInside":
       return {
         label: `completeStep(seq ${seq}, ${seq + 2}) (a gap between its two records)`,
-        perform: (s, r) => s.completeStep(r, { ...t.result, seq }, { ...t.step, seq: seq + 2 })
+        perform: (s, r) => s.completeStep(r, [{ ...t.result, seq }], { ...t.step, seq: seq + 2 })
+      }
+    case "Results":
+      return { label: `appendResults(seq ${seq})`, perform: (s, r) => s.appendResults(r, [{ ...t.result, seq }]) }
+    case "ResultsGapInside":
+      return {
+        label: `appendResults(seq ${seq}, ${seq + 2}) (a gap between its two records)`,
+        perform: (s, r) => s.appendResults(r, [{ ...t.result, seq }, { ...t.result, callIndex: 1, seq: seq + 2 }])
       }
     case "Resume":
       return { label: `appendResume(seq ${seq})`, perform: (s, r) => s.appendResume(r, { ...t.resume, seq }) }
@@ -249,7 +258,7 @@ const badWrite = (
 const lastCompletionWithResult = (run: Arb.Run): number => {
   for (let i = run.writes.length - 1; i >= 0; i--) {
     const write = run.writes[i]!
-    if (write._tag === "Complete" && write.result !== null) return i
+    if (write._tag === "Complete" && write.results.length > 0) return i
   }
   return -1
 }
@@ -346,7 +355,7 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
     numRuns: runs(30),
     arbitrary: FastCheck.record({
       run: Arb.run({ maxSteps: 3 }),
-      kind: FastCheck.constantFrom(...(["Start", "Reply", "Complete", "CompleteGapInside", "Resume", "Finish"] as const)),
+      kind: FastCheck.constantFrom<BadKind>("Start", "Reply", "Results", "ResultsGapInside", "Complete", "CompleteGapInside", "Resume", "Finish"),
       duplicate: FastCheck.boolean(),
       offset: FastCheck.integer({ min: 1, max: 3 }),
       templates: Arb.templates
@@ -358,7 +367,7 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
           yield* writeAll(s, run)
           const next = Arb.recordsUpTo(run, run.writes.length).length
           const seq =
-            kind === "CompleteGapInside" ? next : duplicate ? Math.max(0, next - offset) : next + offset
+            kind === "CompleteGapInside" || kind === "ResultsGapInside" ? next : duplicate ? Math.max(0, next - offset) : next + offset
           const bad = badWrite(kind, seq, templates, run.runId)
           const error = yield* bad.perform(s, run.runId).pipe(
             Effect.flip,
@@ -380,7 +389,7 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
 
   props.atomicUnderInterruption = Property.make({
     id: "atomicUnderInterruption",
-    name: "an interrupted completeStep leaves both of its records or neither",
+    name: "an interrupted completeStep leaves all of its records (results and step) or none",
     numRuns: runs(30),
     arbitrary: FastCheck.record({ run: Arb.runWithResult, yields: FastCheck.integer({ min: 0, max: 6 }) }),
     check: ({ run, yields }) =>
@@ -401,7 +410,7 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
             onNone: () => Effect.void,
             onSome: (difference) =>
               Property.violation(
-                `after ${describeWrite(target)} was interrupted (${yields} yields in), readLog shows neither the log before it nor the log with both records: ${difference}`
+                `after ${describeWrite(target)} was interrupted (${yields} yields in), readLog shows neither the log before it nor the log with all its records: ${difference}`
               )
           })
           yield* writeOk(s, run.runId, target)
@@ -503,7 +512,8 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
             const k = anyWrite ? pick % run.writes.length : lastCompletionWithResult(run)
             const target = run.writes[k]!
             const records = Arb.recordsOf(target)
-            const faulted = records[second && records.length > 1 ? 1 : 0]!
+            // The first record, or (second) another one of a write that has several.
+            const faulted = records[second && records.length > 1 ? 1 + (pick % (records.length - 1)) : 0]!
             yield* writeAll(s, run, k)
             yield* plan.arm({ runId: run.runId, seq: faulted.seq })
             const outcome = yield* Effect.either(perform(s, run.runId, target))
@@ -644,7 +654,13 @@ export const properties = <E>(store: StoreUnderTest<E>, options: Options<E> = {}
             if (Option.isNone(log.finished)) {
               yield* ok(
                 `appendResume(seq ${RunLog.nextSeq(log)}) after reopening`,
-                reopened.appendResume(run.runId, { _tag: "RunResumed", seq: RunLog.nextSeq(log), fromStep: StepIndex.make(log.steps.length), at: 0 })
+                reopened.appendResume(run.runId, {
+                  _tag: "RunResumed",
+                  seq: RunLog.nextSeq(log),
+                  fromStep: StepIndex.make(log.steps.length),
+                  at: 0,
+                  logVersion: RunLog.logVersion
+                })
               )
             }
           })

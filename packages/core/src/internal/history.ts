@@ -9,6 +9,7 @@ import type { Action } from "../Action.js"
 import type * as Message from "../Message.js"
 import type { ModelReply } from "../ModelReply.js"
 import type { ParsedReply } from "../ParsedReply.js"
+import type * as RunLog from "../RunLog.js"
 import * as SyntheticObservations from "../SyntheticObservations.js"
 import type { ToolRegistry } from "../ToolRegistry.js"
 
@@ -64,15 +65,31 @@ export const initial = (systemPrompt: string, task: string): Messages => [
 /** The name the synthetic templates use for an action: the tool's name or the code's language. @internal */
 export const actionName = (action: Action): string => (action._tag === "ToolCall" ? action.name : action.language)
 
-/** The call id of an action at a step: the model's id, or `call_<step>` when it has none. @internal */
-export const callIdOf = (action: Action, step: number): string =>
-  action._tag === "ToolCall" && action.id !== "" ? action.id : `call_${step}`
+/** The deterministic call id of the action at `index` of a step: `call_<step>`, then `call_<step>_<index>`. @internal */
+export const syntheticCallId = (step: number, index: number): string => (index === 0 ? `call_${step}` : `call_${step}_${index}`)
 
-/** A decision with the deterministic call id `call_<step>` given to a tool call that has none. @internal */
-export const assignCallId = (decision: ParsedReply, step: number): ParsedReply =>
-  decision._tag === "Act" && decision.action._tag === "ToolCall" && decision.action.id === ""
-    ? { _tag: "Act", action: { ...decision.action, id: `call_${step}` } }
-    : decision
+/** The call id of the action at `index` of a step: the model's id, or the deterministic one when it has none. @internal */
+export const callIdOf = (action: Action, step: number, index: number = 0): string =>
+  action._tag === "ToolCall" && action.id !== "" ? action.id : syntheticCallId(step, index)
+
+/**
+ * A decision whose tool calls without an id get the deterministic one (`call_<step>`, then
+ * `call_<step>_<index>`); the same decision when none lacks one. @internal
+ */
+export const assignCallId = (decision: ParsedReply, step: number): ParsedReply => {
+  if (decision._tag !== "Act") return decision
+  const actions = decision.actions
+  let missing = false
+  for (let i = 0; i < actions.length; i++) {
+    const action = actions[i]!
+    if (action._tag === "ToolCall" && action.id === "") missing = true
+  }
+  if (!missing) return decision
+  const [first, ...rest] = actions.map((action, i) =>
+    action._tag === "ToolCall" && action.id === "" ? { ...action, id: syntheticCallId(step, i) } : action
+  )
+  return { _tag: "Act", actions: [first!, ...rest] }
+}
 
 /**
  * The `{issues}` of a synthetic `notExecuted` text: a pure function of the snapshot (the
@@ -112,39 +129,31 @@ const renderObservation = (parts: ReadonlyArray<string>, observation: string): s
 /**
  * Appends one completed step to the history:
  * - the reply as an `Assistant` message (its text and native tool calls);
- * - `Act` on a native tool call of the reply → a `Tool` message answering that call with the
- *   observation; any other call of the reply is answered with a fixed "not run" text;
- * - `Act` in a text action language → a `User` message through the observation template;
+ * - `Act`: each native tool call of the reply is answered by a `Tool` message with the
+ *   observation of the action that has its id (the first such action not used yet, in call
+ *   order); a call no action answers gets a fixed "not run" text; the observations of actions
+ *   that answer no native call (text action languages) go into one `User` message, each through
+ *   the observation template, joined by a blank line. `results[i]` is the result of action i;
  * - `InvalidDecision` / `NoAction` → the explanation / the `noAction` text, as `Tool` answers to
  *   the reply's calls when it has some (providers require every call to be answered), else as
  *   a `User` message;
  * - `Finish` → the reply only.
+ * A one-action step renders exactly as before design 0150.
  * @internal
  */
 export const appendStep = (
   messages: Messages,
   reply: ModelReply,
   decision: ParsedReply,
-  observation: string | undefined,
+  results: ReadonlyArray<RunLog.ActionResulted>,
   texts: Texts
 ): void => {
   messages.push({ _tag: "Assistant", text: reply.text, toolCalls: reply.toolCalls })
   if (decision._tag === "Finish") return
   const calls = reply.toolCalls
   if (decision._tag === "Act") {
-    const action = decision.action
-    const nativeId = action._tag === "ToolCall" && action.id !== "" ? action.id : undefined
-    let answered = false
-    for (let i = 0; i < calls.length; i++) {
-      const call = calls[i]!
-      if (!answered && call.id === nativeId) {
-        answered = true
-        messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: observation ?? "" })
-      } else {
-        messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: notRunCallText })
-      }
-    }
-    if (!answered) messages.push({ _tag: "User", text: renderObservation(texts.observationParts, observation ?? "") })
+    if (decision.actions.length === 1) appendOne(messages, calls, decision.actions[0], results[0]?.outcome.observation ?? "", texts)
+    else appendMany(messages, calls, decision.actions, results, texts)
     return
   }
   const feedback = decision._tag === "InvalidDecision" ? decision.explanation : texts.noAction
@@ -156,4 +165,54 @@ export const appendStep = (
     const call = calls[i]!
     messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: feedback })
   }
+}
+
+const appendOne = (messages: Messages, calls: ModelReply["toolCalls"], action: Action, observation: string, texts: Texts): void => {
+  const nativeId = action._tag === "ToolCall" && action.id !== "" ? action.id : undefined
+  let answered = false
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]!
+    if (!answered && call.id === nativeId) {
+      answered = true
+      messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: observation })
+    } else {
+      messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: notRunCallText })
+    }
+  }
+  if (!answered) messages.push({ _tag: "User", text: renderObservation(texts.observationParts, observation) })
+}
+
+const appendMany = (
+  messages: Messages,
+  calls: ModelReply["toolCalls"],
+  actions: ReadonlyArray<Action>,
+  results: ReadonlyArray<RunLog.ActionResulted>,
+  texts: Texts
+): void => {
+  // The actions waiting for their call, by id, in call order (linear overall).
+  const byId = new Map<string, { readonly indices: Array<number>; next: number }>()
+  for (let i = 0; i < actions.length; i++) {
+    const action = actions[i]!
+    if (action._tag !== "ToolCall" || action.id === "") continue
+    const waiting = byId.get(action.id)
+    if (waiting === undefined) byId.set(action.id, { indices: [i], next: 0 })
+    else waiting.indices.push(i)
+  }
+  const answered = new Array<boolean>(actions.length).fill(false)
+  for (let c = 0; c < calls.length; c++) {
+    const call = calls[c]!
+    const waiting = byId.get(call.id)
+    const index = waiting === undefined ? undefined : waiting.indices[waiting.next++]
+    if (index === undefined) {
+      messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: notRunCallText })
+    } else {
+      answered[index] = true
+      messages.push({ _tag: "Tool", callId: call.id, name: call.name, text: results[index]?.outcome.observation ?? "" })
+    }
+  }
+  const rest: Array<string> = []
+  for (let i = 0; i < actions.length; i++) {
+    if (!answered[i]) rest.push(renderObservation(texts.observationParts, results[i]?.outcome.observation ?? ""))
+  }
+  if (rest.length > 0) messages.push({ _tag: "User", text: rest.join("\n\n") })
 }

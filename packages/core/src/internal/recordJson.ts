@@ -197,16 +197,23 @@ const compileRefinement = (ast: AST.Refinement): Writer => {
   }
 }
 
+/**
+ * Arrays: `Schema.Array(x)` (a rest element only) and `Schema.NonEmptyArray(x)` (required
+ * leading elements, then a rest element). Optional elements and tuples without a rest element
+ * take the slow path.
+ */
 const compileArray = (ast: AST.TupleType): Writer => {
   const rest = ast.rest[0]
-  if (ast.elements.length > 0 || ast.rest.length !== 1 || rest === undefined) return never
+  if (ast.rest.length !== 1 || rest === undefined || ast.elements.some((e) => e.isOptional)) return never
+  const leading = ast.elements.map((e) => compile(e.type))
   const element = compile(rest.type)
+  const required = leading.length
   return (value) => {
-    if (!Array.isArray(value)) return null
+    if (!Array.isArray(value) || value.length < required) return null
     let text = "["
     for (let i = 0; i < value.length; i++) {
       // `undefined` (or a hole) would be written as null: no element writer accepts it.
-      const part = element(value[i])
+      const part = (i < required ? leading[i]! : element)(value[i])
       if (part === null) return null
       text += i === 0 ? part : "," + part
     }

@@ -35,7 +35,8 @@ const decodeSnapshot = Schema.decodeUnknownEither(Snapshot.Snapshot)
 export const fromLog = (log: RunLog.RunLog): Either.Either<Recorded, string> => {
   if (Option.isNone(log.started)) return Either.left("the run has no RunStarted record")
   const started = log.started.value
-  const decoded = decodeSnapshot(started.snapshot)
+  // A snapshot recorded before design 0150 reads as the run ran: one action per step.
+  const decoded = decodeSnapshot(Snapshot.upgrade(started.snapshot))
   if (Either.isLeft(decoded)) return Either.left(`its snapshot cannot be read: ${formatIssues(decoded.left)}`)
   const snapshot = decoded.right
   return Either.right({
@@ -66,11 +67,10 @@ export const messages = (
 
 /** The request the recorded run sent at `step` (the step must have its earlier steps completed). @internal */
 export const requestAt = (recorded: Recorded, log: RunLog.RunLog, step: number): Effect.Effect<ModelRequest, StoreError> =>
-  Effect.map(messages(recorded, log, step), (msgs) => ({
-    messages: msgs,
-    tools: recorded.tools,
-    settings: recorded.snapshot.agent.modelSettings
-  }))
+  Effect.map(messages(recorded, log, step), (msgs): ModelRequest =>
+    recorded.snapshot.agent.parallelToolCalls
+      ? { messages: msgs, tools: recorded.tools, settings: recorded.snapshot.agent.modelSettings }
+      : { messages: msgs, tools: recorded.tools, settings: recorded.snapshot.agent.modelSettings, parallelToolCalls: false })
 
 /** A log that does not fit together, as a store error. @internal */
 export const unreadable = (runId: string, problem: string) =>

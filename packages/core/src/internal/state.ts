@@ -12,10 +12,10 @@ import type { ParsedReply } from "../ParsedReply.js"
 import type * as RunLog from "../RunLog.js"
 import * as History from "./history.js"
 
-/** What the stop judgment needs of the last completed step. @internal */
+/** What the stop judgment needs of the last completed step: its decision and results, in call order. @internal */
 export interface LastStep {
   readonly decision: ParsedReply
-  readonly result: RunLog.ActionResulted | null
+  readonly results: ReadonlyArray<RunLog.ActionResulted>
 }
 
 /** Counters and history of a run in progress. Owned by the run's fiber only. @internal */
@@ -49,21 +49,27 @@ export const fresh = (messages: History.Messages): State => ({
   last: undefined
 })
 
-/** Adds a completed step to the counters and the history. @internal */
+/** Is one of the results `Executed` (the step is effective)? @internal */
+export const isEffective = (results: ReadonlyArray<RunLog.ActionResulted>): boolean => {
+  for (let i = 0; i < results.length; i++) if (results[i]!.outcome.status === "Executed") return true
+  return false
+}
+
+/** Adds a completed step (its results in call order) to the counters and the history. @internal */
 export const applyStep = (
   state: State,
   reply: RunLog.ModelReplied["reply"],
   step: RunLog.StepCompleted,
-  result: RunLog.ActionResulted | null,
+  results: ReadonlyArray<RunLog.ActionResulted>,
   texts: History.Texts
 ): void => {
   state.steps += 1
-  if (result !== null && result.outcome.status === "Executed") state.effectiveSteps += 1
+  if (isEffective(results)) state.effectiveSteps += 1
   state.inputTokens += step.usage.inputTokens
   state.outputTokens += step.usage.outputTokens
   state.elapsed += step.elapsed
-  state.last = { decision: step.decision, result }
-  History.appendStep(state.messages, reply, step.decision, result === null ? undefined : result.outcome.observation, texts)
+  state.last = { decision: step.decision, results }
+  History.appendStep(state.messages, reply, step.decision, results, texts)
 }
 
 /** A started run's state rebuilt from its log, and the reply of an interrupted step if any. @internal */
@@ -71,6 +77,8 @@ export interface Rebuilt {
   readonly state: State
   /** The logged reply of the step that was interrupted before it completed. */
   readonly interrupted: Option.Option<RunLog.ModelReplied>
+  /** The results of that step written before the interruption, in call order. */
+  readonly interruptedResults: ReadonlyArray<RunLog.ActionResulted>
 }
 
 const corrupt = (runId: RunId, message: string) =>
@@ -79,7 +87,8 @@ const corrupt = (runId: RunId, message: string) =>
 /**
  * Rebuilds the state of a started, unfinished run: every completed step is rendered into
  * history and counted, in order. A log whose records do not fit together (a step without its
- * reply, a result that belongs to another step) is a corrupt store.
+ * reply, a result that belongs to another step, a step naming results that are not its own) is
+ * a corrupt store. Results after the last completed step belong to the interrupted step.
  * @internal
  */
 export const rebuild = (
@@ -90,32 +99,39 @@ export const rebuild = (
 ): Effect.Effect<Rebuilt, StoreError> =>
   Effect.suspend(() => {
     const state = fresh(messages)
+    const results = log.results
     let resultIndex = 0
     for (let i = 0; i < log.steps.length; i++) {
       const step = log.steps[i]!
       const reply = log.replies[i]
       if (step.step !== i) return corrupt(runId, `step record ${i} is for step ${step.step}`)
       if (reply === undefined || reply.step !== i) return corrupt(runId, `step ${i} completed without its model reply`)
-      let result: RunLog.ActionResulted | null = null
-      if (step.resultId !== null) {
-        const candidate = log.results[resultIndex]
-        if (candidate === undefined || candidate.resultId !== step.resultId || candidate.step !== i) {
-          return corrupt(runId, `step ${i} names result ${step.resultId}, which is not the next result in the log`)
+      // The step's results are the next ones in the log (in call order), as many as it names.
+      const ids = step.resultIds
+      const own = results.slice(resultIndex, resultIndex + ids.length)
+      for (let k = 0; k < ids.length; k++) {
+        const candidate = own[k]
+        if (candidate === undefined || candidate.resultId !== ids[k] || candidate.step !== i) {
+          return corrupt(runId, `step ${i} names result ${ids[k]}, which is not the next result in the log`)
         }
-        result = candidate
-        resultIndex += 1
       }
-      applyStep(state, reply.reply, step, result, texts)
+      resultIndex += ids.length
+      applyStep(state, reply.reply, step, own, texts)
     }
-    if (resultIndex !== log.results.length) return corrupt(runId, "a result does not belong to a completed step")
     if (log.replies.length > log.steps.length + 1) return corrupt(runId, "more than one model reply without a completed step")
     const pending = log.replies[log.steps.length]
     if (pending !== undefined && pending.step !== log.steps.length) {
       return corrupt(runId, `the pending reply is for step ${pending.step}, expected ${log.steps.length}`)
     }
+    const interruptedResults = results.slice(resultIndex)
+    for (const result of interruptedResults) {
+      if (pending === undefined || result.step !== pending.step) {
+        return corrupt(runId, "a result does not belong to a completed step")
+      }
+    }
     state.resumedCount = log.resumes.length
     state.seq =
       (Option.isSome(log.started) ? 1 : 0) + log.replies.length + log.results.length + log.steps.length + log.resumes.length +
       log.approvals.length
-    return Effect.succeed({ state, interrupted: Option.fromNullable(pending) })
+    return Effect.succeed({ state, interrupted: Option.fromNullable(pending), interruptedResults })
   })

@@ -46,11 +46,11 @@ export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDe
     case "ModelReplied":
       delta.tokens += totalTokens(record.reply.usage)
       break
-    case "ActionResulted":
-      if (record.outcome.status === "Executed") delta.effectiveSteps++
-      break
     case "StepCompleted":
+      // A step is effective when one of its actions was Executed (design 0150): the step
+      // record says so, as the results of a step may be written in several appends.
       delta.steps++
+      if (record.effective) delta.effectiveSteps++
       delta.elapsed += record.elapsed
       break
     case "RunFinished":

@@ -8,6 +8,7 @@
  * @internal
  */
 import * as Arbitrary from "effect/Arbitrary"
+import type * as Arr from "effect/Array"
 import * as FastCheck from "effect/FastCheck"
 import * as Schema from "effect/Schema"
 import * as Action from "@polyloop/core/Action"
@@ -52,7 +53,7 @@ const ToolCall = Schema.Struct({ ...Action.ToolCall.fields, arguments: Json })
 const ActionSchema = Schema.Union(ToolCall, Action.CodeAction)
 const ModelReplySchema = Schema.Struct({ ...ModelReply.ModelReply.to.fields, text: Text })
 const ParsedReplySchema = Schema.Union(
-  Schema.Struct({ ...ParsedReply.Act.fields, action: ActionSchema }),
+  Schema.Struct({ ...ParsedReply.Act.fields, actions: Schema.NonEmptyArray(ActionSchema) }),
   ParsedReply.Finish,
   ParsedReply.NoAction,
   ParsedReply.InvalidDecision
@@ -82,15 +83,18 @@ const runFinished = Arbitrary.make(RunLog.RunFinished)
 export type Write =
   | { readonly _tag: "Start"; readonly record: RunLog.RunStarted }
   | { readonly _tag: "Reply"; readonly record: RunLog.ModelReplied }
-  | { readonly _tag: "Complete"; readonly result: RunLog.ActionResulted | null; readonly step: RunLog.StepCompleted }
+  | { readonly _tag: "Results"; readonly results: Arr.NonEmptyReadonlyArray<RunLog.ActionResulted> }
+  | { readonly _tag: "Complete"; readonly results: ReadonlyArray<RunLog.ActionResulted>; readonly step: RunLog.StepCompleted }
   | { readonly _tag: "Resume"; readonly record: RunLog.RunResumed }
   | { readonly _tag: "Finish"; readonly record: RunLog.RunFinished }
 
 /** The records a write carries. */
 export const recordsOf = (write: Write): ReadonlyArray<RunLog.RunRecord> => {
   switch (write._tag) {
+    case "Results":
+      return write.results
     case "Complete":
-      return write.result === null ? [write.step] : [write.result, write.step]
+      return [...write.results, write.step]
     default:
       return [write.record]
   }
@@ -111,7 +115,9 @@ export const logUpTo = (run: Run, count: number): RunLog.RunLog => RunLog.fromRe
 
 const step = FastCheck.record({
   reply: modelReplied,
-  result: FastCheck.option(actionResulted, { nil: null }),
+  results: FastCheck.array(actionResulted, { maxLength: 3 }),
+  /** How many of the results are written on their own (`appendResults`, one each) before the completion. */
+  early: FastCheck.nat({ max: 3 }),
   completion: stepCompleted,
   resumeBefore: FastCheck.option(runResumed, { nil: null }),
   resumeAfter: FastCheck.option(runResumed, { nil: null })
@@ -119,8 +125,10 @@ const step = FastCheck.record({
 
 /**
  * A valid run shape: `RunStarted`, then steps (a reply, maybe a resume of the interrupted step,
- * its completion with or without a result, maybe a resume after it), maybe an unfinished last
- * step, maybe `RunFinished`. Sequence numbers, step indices and result ids are consistent.
+ * none to three results — some written on their own before the completion, the rest with it —
+ * and the completion listing them, maybe a resume after it), maybe an unfinished last step
+ * (its reply and early results), maybe `RunFinished`. Sequence numbers, step indices, call
+ * indices, result ids and `effective` are consistent.
  */
 export const run = (
   options?: { readonly minSteps?: number; readonly maxSteps?: number; readonly runId?: Ids.RunId }
@@ -139,16 +147,33 @@ export const run = (
     steps.forEach((s, i) => {
       const index = Ids.StepIndex.make(i)
       writes.push({ _tag: "Reply", record: { ...s.reply, step: index, seq: next() } })
-      if (end === "Open" && i === steps.length - 1) return
-      if (s.resumeBefore !== null) writes.push({ _tag: "Resume", record: { ...s.resumeBefore, fromStep: index, seq: next() } })
-      const resultId = Ids.resultIdFor(i)
-      const result = s.result === null ? null : { ...s.result, step: index, resultId, seq: next() }
+      const open = end === "Open" && i === steps.length - 1
+      if (s.resumeBefore !== null && !open) writes.push({ _tag: "Resume", record: { ...s.resumeBefore, fromStep: index, seq: next() } })
+      const early = Math.min(s.early, s.results.length)
+      const results = s.results.map((r, k): RunLog.ActionResulted => ({ ...r, step: index, callIndex: k, resultId: Ids.resultIdFor(i, k), seq: 0 }))
+      const numbered: Array<RunLog.ActionResulted> = []
+      for (let k = 0; k < early; k++) {
+        const result = { ...results[k]!, seq: next() }
+        numbered.push(result)
+        writes.push({ _tag: "Results", results: [result] })
+      }
+      if (open) return
+      const last = results.slice(early).map((r) => ({ ...r, seq: next() }))
+      numbered.push(...last)
+      const [first, ...rest] = numbered.map((r) => r.action)
       const decision: ParsedReply.ParsedReply =
-        result !== null ? ParsedReply.act(result.action) : s.completion.decision._tag === "Act" ? ParsedReply.noAction : s.completion.decision
+        first !== undefined ? ParsedReply.actAll([first, ...rest]) : s.completion.decision._tag === "Act" ? ParsedReply.noAction : s.completion.decision
       writes.push({
         _tag: "Complete",
-        result,
-        step: { ...s.completion, step: index, decision, resultId: result === null ? null : resultId, seq: next() }
+        results: last,
+        step: {
+          ...s.completion,
+          step: index,
+          decision,
+          resultIds: numbered.map((r) => r.resultId),
+          effective: numbered.some((r) => r.outcome.status === "Executed"),
+          seq: next()
+        }
       })
       if (s.resumeAfter !== null) {
         writes.push({ _tag: "Resume", record: { ...s.resumeAfter, fromStep: Ids.StepIndex.make(i + 1), seq: next() } })
@@ -158,9 +183,9 @@ export const run = (
     return { runId, writes }
   })
 
-/** A run whose writes include at least one `completeStep` with a result (two records). */
+/** A run whose writes include at least one `completeStep` with a result (two records or more). */
 export const runWithResult: FastCheck.Arbitrary<Run> = run({ maxSteps: 4 }).filter((r) =>
-  r.writes.some((w) => w._tag === "Complete" && w.result !== null)
+  r.writes.some((w) => w._tag === "Complete" && w.results.length > 0)
 )
 
 /** A run with long, raw-unicode texts and a large JSON snapshot: storage limits and encodings. */

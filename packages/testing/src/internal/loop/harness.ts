@@ -94,7 +94,7 @@ export const lastMessages = (requests: ReadonlyArray<ScriptedModel.SeenRequest>,
 /** A store whose chosen writes fail with `StoreError` (before reaching the store). */
 export const failingWrites = (
   store: RunLogStore.RunLogStore.Service,
-  fails: (kind: "start" | "appendReply" | "completeStep" | "appendResume" | "finish", step: number) => boolean
+  fails: (kind: "start" | "appendReply" | "appendResults" | "completeStep" | "appendResume" | "finish", step: number) => boolean
 ): RunLogStore.RunLogStore.Service => {
   const guard = <A>(kind: Parameters<typeof fails>[0], step: number, runId: Ids.RunId, write: Effect.Effect<A, StoreError | ConcurrentWriter>) =>
     Effect.suspend(() =>
@@ -106,7 +106,8 @@ export const failingWrites = (
     ...store,
     start: (record) => guard("start", -1, record.runId, store.start(record)),
     appendReply: (runId, record) => guard("appendReply", record.step, runId, store.appendReply(runId, record)),
-    completeStep: (runId, result, step) => guard("completeStep", step.step, runId, store.completeStep(runId, result, step)),
+    appendResults: (runId, results) => guard("appendResults", results[0].step, runId, store.appendResults(runId, results)),
+    completeStep: (runId, results, step) => guard("completeStep", step.step, runId, store.completeStep(runId, results, step)),
     appendResume: (runId, record) => guard("appendResume", record.fromStep, runId, store.appendResume(runId, record)),
     finish: (runId, record) => guard("finish", record.counters.steps, runId, store.finish(runId, record))
   }

@@ -51,7 +51,7 @@ export const register = (ctx: SuiteContext): void => {
         const action = resultOfStep(log, 1)!.action
         assert.strictEqual(action._tag === "ToolCall" ? action.id : "", "call_1")
         const step = log.steps[1]!.decision
-        assert.deepStrictEqual(step._tag === "Act" ? step.action : undefined, action)
+        assert.deepStrictEqual(step._tag === "Act" ? step.actions : undefined, [action])
         assert.deepStrictEqual(f.contexts.map((c) => c.idempotencyKey), ["render-2/0/call_0", "render-2/1/call_1"])
         assert.deepStrictEqual(lastMessages(yield* model.requests, 2, 4), [
           { _tag: "Assistant", text: "I will echo.\nACT {\"tool\":\"echo\",\"arguments\":{\"text\":\"yo\"}}", toolCalls: [] },
@@ -73,7 +73,7 @@ export const register = (ctx: SuiteContext): void => {
           { _tag: "User", text: SyntheticObservations.defaults.noAction }
         ])
         const log = yield* h.log(Ids.runId("render-3"))
-        assert.deepStrictEqual(log.steps.map((s) => s.resultId), [Ids.resultIdFor(0), null, null])
+        assert.deepStrictEqual(log.steps.map((s) => s.resultIds), [[Ids.resultIdFor(0)], [], []])
       }))
 
     test("an invalid native reply answers each tool call with the explanation (every call gets an answer)", (h) =>

@@ -154,6 +154,7 @@ export const register = (ctx: SuiteContext): void => {
                   handlerFailed: false
                 }
               }
+              if (r._tag === "StepCompleted" && r.step === k) return { ...(record as Omit<RunLog.StepCompleted, "seq">), effective: false }
               if (r._tag === "ModelReplied" && r.step !== undefined && r.step > k) {
                 // The interrupted text entered history: later requests, so their fingerprints, differ.
                 return { ...(record as object), requestHash: final.replies[r.step]?.requestHash }

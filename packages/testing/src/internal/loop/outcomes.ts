@@ -32,7 +32,7 @@ export const register = (ctx: SuiteContext): void => {
         const log = yield* h.log(Ids.runId("invalid-1"))
         const first = log.steps[0]!
         assert.strictEqual(first.decision._tag, "InvalidDecision")
-        assert.isNull(first.resultId)
+        assert.deepStrictEqual(first.resultIds, [])
         assert.strictEqual(log.results.length, 0)
         const fed = lastMessages(yield* model.requests, 1, 2)
         assert.deepStrictEqual(fed, [
