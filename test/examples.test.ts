@@ -23,9 +23,12 @@ const cleanEnv = (): NodeJS.ProcessEnv => {
   return env
 }
 
-/** `npx tsx examples/<file>` from `cwd`. */
-const example = (file: string, options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}): Promise<Result> =>
-  spawnNode([tsxCli, path.join(root, "examples", file)], { cwd: options.cwd ?? root, env: { ...cleanEnv(), ...options.env } })
+/** `npx tsx examples/<file> [args]` from `cwd`. */
+const example = (
+  file: string,
+  options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv; readonly args?: ReadonlyArray<string> } = {}
+): Promise<Result> =>
+  spawnNode([tsxCli, path.join(root, "examples", file), ...(options.args ?? [])], { cwd: options.cwd ?? root, env: { ...cleanEnv(), ...options.env } })
 
 const occurrences = (text: string, part: string): number => text.split(part).length - 1
 
@@ -101,6 +104,49 @@ describe("examples", () => {
     assert.isBelow(body.split("\n").length, 30, "the README's example stays under 30 lines")
     assert.include(body, "Agent.layer({", "the README's example wires its services in one layer")
   })
+
+  it("approval.ts: the refund suspends, polyloop approve decides in another process, the next run resumes and refunds once; a rejection is told to the model", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-approval-"))
+    const launcher = path.join(root, "packages", "cli", "bin", "polyloop.js")
+    const polyloop = (args: ReadonlyArray<string>) => spawnNode([launcher, ...args], { cwd: dir, env: cleanEnv() })
+    try {
+      const first = await example("approval.ts", { cwd: dir })
+      assert.strictEqual(first.code, 0, first.stderr)
+      assert.match(first.stdout, /^step 0: lookup_order \{"orderId":42\}\n\s+Executed: order 42: 1 ceramic vase/m)
+      assert.match(first.stdout, /^step 1: refund needs approval \(call call_s1_0\)$/m)
+      assert.match(first.stdout, /^suspended: run refund-order-42 waits for a person's decision on:\n {2}call call_s1_0: refund \{"orderId":42,"amount":180,"reason":"delivered broken"\} \(hash [0-9a-f]{12}\)$/m)
+      assert.match(first.stdout, /npx polyloop approve refund-order-42 call_s1_0 --db /)
+      assert.isFalse(fs.existsSync(path.join(dir, "approval.db.refunds.jsonl")), "nothing refunded while it waits")
+      const still = await example("approval.ts", { cwd: dir })
+      assert.match(still.stdout, /^suspended: /m, "run again undecided: still suspended")
+      assert.notMatch(still.stdout, /^resumed/m, "and not resumed")
+
+      const pending = await polyloop(["pending", "--db", "approval.db"])
+      assert.match(pending.stdout, /^refund-order-42\s+1\s+call_s1_0\s+refund\s+\{"orderId":42,"amount":180,"reason":"delivered broken"\}/m)
+      const approved = await polyloop(["approve", "refund-order-42", "call_s1_0", "--db", "approval.db", "--by", "ana"])
+      assert.strictEqual(approved.code, 0, approved.stderr)
+
+      const second = await example("approval.ts", { cwd: dir })
+      assert.strictEqual(second.code, 0, second.stderr)
+      assert.match(second.stdout, /^resumed run refund-order-42 at step 1$/m)
+      assert.match(second.stdout, /^step 1: refund \{"orderId":42,"amount":180,"reason":"delivered broken"\}\n\s+Executed: refunded 180 EUR on order 42$/m)
+      assert.match(second.stdout, /^finished: Completed\(Answer\); refunds written: 1$/m)
+      const third = await example("approval.ts", { cwd: dir })
+      assert.match(third.stdout, /^finished: Completed\(Answer\); refunds written: 1$/m)
+      const ledger = fs.readFileSync(path.join(dir, "approval.db.refunds.jsonl"), "utf8").trim().split("\n")
+      assert.deepStrictEqual(ledger.map((line) => (JSON.parse(line) as { idempotencyKey: string }).idempotencyKey), ["refund-order-42/1/call_s1_0"])
+
+      // Rejected instead: the model is told why, nothing is refunded.
+      const fresh = await example("approval.ts", { cwd: dir, args: ["--fresh"] })
+      assert.match(fresh.stdout, /^suspended: /m)
+      await polyloop(["reject", "refund-order-42", "call_s1_0", "--db", "approval.db", "--reason", "the photo shows another vase"])
+      const rejected = await example("approval.ts", { cwd: dir })
+      assert.match(rejected.stdout, /^step 1: refund .*\n\s+NotExecuted: The call to refund was rejected by a person and was not executed\. Reason: the photo shows another vase$/m)
+      assert.match(rejected.stdout, /^finished: Completed\(Answer\); refunds written: 0$/m)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 600_000)
 
   it("custom-store.ts: the user's own store writes a run and reads it back", async () => {
     const result = await example("custom-store.ts")

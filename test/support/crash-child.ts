@@ -23,9 +23,9 @@ export interface CrashChild {
   readonly stderr: () => string
 }
 
-/** Starts `crash-agent.ts` with `args`. */
-export const startAgent = (args: ReadonlyArray<string>): CrashChild => {
-  const child = spawn(process.execPath, ["--import", "tsx", Path.join(here, "crash-agent.ts"), ...args], {
+/** Starts `crash-agent.ts` (or another script of this folder) with `args`. */
+export const startAgent = (args: ReadonlyArray<string>, script = "crash-agent.ts"): CrashChild => {
+  const child = spawn(process.execPath, ["--import", "tsx", Path.join(here, script), ...args], {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "pipe"]
   })

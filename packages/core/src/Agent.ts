@@ -34,6 +34,7 @@ import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
 import { RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
+import * as Gate from "./internal/gate.js"
 import * as History from "./internal/history.js"
 import * as PrefixView from "./internal/prefixView.js"
 import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
@@ -191,7 +192,7 @@ const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
   Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
 
 /** One live step: model call, durable reply, parse, then `settle`. */
-const runStep = (run: Run): Effect.Effect<void, RunError> => {
+const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
@@ -238,7 +239,7 @@ const finish = (run: Run, stopReason: StopReason) =>
   })
 
 /** Steps until the stop judgment says stop, then finishes the run. */
-const loop = (run: Run): Effect.Effect<RunResult, RunError> =>
+const loop = (run: Run): Effect.Effect<RunResult, Gate.LoopError> =>
   Effect.suspend(() => {
     const stop = judge(run)
     return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => loop(run))
@@ -284,7 +285,11 @@ const start = (run: Run, snapshot: Snapshot.Encoded) =>
  * A resumed run: `RunResumed`, then the interrupted step (if its reply was logged) is finished;
  * `prior` are its results logged before the interruption.
  */
-const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>, prior: ReadonlyArray<RunLog.ActionResulted>) =>
+const resume = (
+  run: Run,
+  interrupted: Option.Option<{ readonly replied: RunLog.ModelReplied; readonly decision: ParsedReply }>,
+  prior: ReadonlyArray<RunLog.ActionResulted>
+) =>
   Effect.gen(function*() {
     const at = yield* Clock.currentTimeMillis
     const fromStep = run.state.steps
@@ -299,11 +304,8 @@ const resume = (run: Run, interrupted: Option.Option<RunLog.ModelReplied>, prior
     run.state.resumedCount += 1
     yield* emit(run, { _tag: "RunResumed", runId: run.runId, fromStep, at })
     if (Option.isSome(interrupted)) {
-      const reply = interrupted.value.reply
-      yield* Effect.gen(function*() {
-        const decision = yield* decideReply(run, reply)
-        yield* Step.settle(run, fromStep, reply, decision, at, true, prior)
-      }).pipe(
+      const reply = interrupted.value.replied.reply
+      yield* Step.settle(run, fromStep, reply, interrupted.value.decision, at, true, prior).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
     }
@@ -403,13 +405,22 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           traced: Tracing.isTraced(tracer),
           silent: EventSink.isNoop(sink),
           clock,
-          state: State.fresh(messages)
+          state: State.fresh(messages),
+          gate: undefined
         }
         if (Option.isSome(log.started)) {
           const rebuilt = yield* State.rebuild(runId, log, messages, texts)
           current.state = rebuilt.state
+          // The interrupted step's reply is parsed once, before anything is written: a step
+          // whose calls still wait for a decision stops here with `Suspended` (design 0160).
+          const interrupted = yield* Effect.transposeMapOption(rebuilt.interrupted, (replied) =>
+            Effect.map(decideReply(current, replied.reply), (decision) => ({ replied, decision })))
+          if (Option.isSome(interrupted)) {
+            const { decision, replied } = interrupted.value
+            current.gate = yield* Gate.inspect(current, log, replied.step, Step.decisionOf(current, decision, replied.step))
+          }
           // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
-          if (!Fork.isUntouched(log)) yield* resume(current, rebuilt.interrupted, rebuilt.interruptedResults)
+          if (!Fork.isUntouched(log)) yield* resume(current, interrupted, rebuilt.interruptedResults)
         } else {
           yield* start(current, snapshot)
         }

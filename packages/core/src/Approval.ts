@@ -12,10 +12,11 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { Action } from "./Action.js"
-import { ConcurrentWriter, StoreError } from "./Errors.js"
+import type { Action } from "./Action.js"
+import * as Errors from "./Errors.js"
+import type { ConcurrentWriter, StoreError } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
-import { RunId, StepIndex } from "./Ids.js"
+import { RunId } from "./Ids.js"
 import * as Approvals from "./internal/approvals.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
@@ -30,19 +31,9 @@ export const reject = (reason: string): RunLog.Decision => ({ _tag: "Reject", re
 export const actionHash: (runId: RunId | string, step: number, callId: string, action: Action) => string = Approvals.actionHash
 
 /** A call waiting for a decision. */
-export const Waiting = Schema.Struct({
-  runId: Schema.String,
-  step: StepIndex,
-  callId: Schema.String,
-  /** The tool's name (or the code's language). */
-  tool: Schema.String,
-  action: Action,
-  actionHash: Schema.String,
-  /** Epoch milliseconds. */
-  requestedAt: Schema.Finite
-})
+export const Waiting = Errors.Waiting
 /** @since 0.1.0 */
-export interface Waiting extends Schema.Schema.Type<typeof Waiting> {}
+export type Waiting = Errors.Waiting
 
 const waitingOf = (runId: string, request: RunLog.ApprovalRequested): Waiting => ({
   runId,
@@ -64,18 +55,10 @@ export const waiting = (log: RunLog.RunLog): ReadonlyArray<Waiting> =>
 /** Is the run suspended: unfinished, with a requested call that has no decision? */
 export const isSuspended: (log: RunLog.RunLog) => boolean = Approvals.isSuspended
 
-/**
- * `Agent.run` stopped because calls of the run wait for a person's decision (design 0160). Not
- * a failure of the run: nothing is held, the process may exit; `decide`, then `Agent.run` again.
- */
-export class Suspended extends Schema.TaggedError<Suspended>()("Suspended", {
-  runId: Schema.String,
-  waiting: Schema.Array(Waiting)
-}) {
-  override get message(): string {
-    return `run ${this.runId} is suspended: waiting for a decision on ${this.waiting.map((w) => `${w.callId} (${w.tool})`).join(", ")}`
-  }
-}
+/** `Agent.run` stopped because calls wait for a person's decision (a `RunError`; see `Errors.Suspended`). */
+export const Suspended = Errors.Suspended
+/** @since 0.1.0 */
+export type Suspended = Errors.Suspended
 
 /** `decide` on a run that waits for no decision: no such run, a finished run, or none pending. */
 export class NotSuspended extends Schema.TaggedError<NotSuspended>()("NotSuspended", {

@@ -6,7 +6,9 @@
  */
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
+import { Action } from "./Action.js"
 import { FiniteDurationFromMillis } from "./Budget.js"
+import { StepIndex } from "./Ids.js"
 import { JsonValue } from "./internal/jsonValue.js"
 
 /**
@@ -188,6 +190,34 @@ export class InvalidRunRequest extends Schema.TaggedError<InvalidRunRequest>()("
   }
 }
 
+/** A call waiting for a person's decision (design 0160). */
+export const Waiting = Schema.Struct({
+  runId: Schema.String,
+  step: StepIndex,
+  callId: Schema.String,
+  /** The tool's name (or the code's language). */
+  tool: Schema.String,
+  action: Action,
+  actionHash: Schema.String,
+  /** Epoch milliseconds. */
+  requestedAt: Schema.Finite
+})
+/** @since 0.1.0 */
+export interface Waiting extends Schema.Schema.Type<typeof Waiting> {}
+
+/**
+ * `Agent.run` stopped because calls of the run wait for a person's decision (design 0160). Not
+ * a fault: nothing is held, the process may exit; `Agent.decide`, then `Agent.run` again resumes.
+ */
+export class Suspended extends Schema.TaggedError<Suspended>()("Suspended", {
+  runId: Schema.String,
+  waiting: Schema.Array(Waiting)
+}) {
+  override get message(): string {
+    return `run ${this.runId} is suspended: waiting for a decision on ${this.waiting.map((w) => `${w.callId} (${w.tool})`).join(", ")}`
+  }
+}
+
 /** What `Agent.run` can fail with. */
 export type RunError =
   | ModelError
@@ -197,6 +227,7 @@ export type RunError =
   | ConcurrentWriter
   | ExecutorRegistryMismatch
   | InvalidRunRequest
+  | Suspended
 
 /** Schema of `RunError`. */
 export const RunError = Schema.Union(
@@ -206,5 +237,6 @@ export const RunError = Schema.Union(
   RunBusy,
   ConcurrentWriter,
   ExecutorRegistryMismatch,
-  InvalidRunRequest
+  InvalidRunRequest,
+  Suspended
 )

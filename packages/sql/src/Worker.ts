@@ -37,7 +37,6 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Agent from "@polyloop/core/Agent"
-import type * as Approval from "@polyloop/core/Approval"
 import { ActionExecutor } from "@polyloop/core/ActionExecutor"
 import { InvalidRunRequest, type RunError, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
@@ -564,7 +563,7 @@ export interface RunOptions<P, I, E, R> extends WorkerOptions {
 }
 
 /** Why a run failed in a worker. */
-export type RunFailure<E> = RunError | Approval.Suspended | E | ParseResult.ParseError
+export type RunFailure<E> = RunError | E | ParseResult.ParseError
 
 const isTagged = (error: unknown): error is { readonly _tag: string } =>
   typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
@@ -572,7 +571,7 @@ const isTagged = (error: unknown): error is { readonly _tag: string } =>
 /**
  * What each failure of `Agent.run` leads to: another owner on the run (`RunBusy`,
  * `ConcurrentWriter`, which is also what a fenced write after a lost lease fails with) →
- * `"Requeue"`; a failing store or model → `"Retry"`; a request that can never run as is
+ * `"Requeue"`; a run waiting for a person's decision (`Suspended`) → `"Suspend"`; a failing store or model → `"Retry"`; a request that can never run as is
  * (`SnapshotMismatch`, `ExecutorRegistryMismatch`, `InvalidRunRequest`) → `"Fail"`.
  */
 export const classifyRunError = (error: RunError): Disposition => {
@@ -587,6 +586,8 @@ export const classifyRunError = (error: RunError): Disposition => {
     case "ExecutorRegistryMismatch":
     case "InvalidRunRequest":
       return "Fail"
+    case "Suspended":
+      return "Suspend"
   }
 }
 
@@ -597,7 +598,8 @@ const runErrorTags: ReadonlySet<string> = new Set([
   "ModelError",
   "SnapshotMismatch",
   "ExecutorRegistryMismatch",
-  "InvalidRunRequest"
+  "InvalidRunRequest",
+  "Suspended"
 ])
 
 const encodeRunResult = Schema.encodeSync(Agent.RunResult)
@@ -638,7 +640,6 @@ export const run = <P, I, E, R>(
     outcome: encodeRunResult,
     classify: (error) => {
       if (ParseResult.isParseError(error)) return "Fail"
-      if (isTagged(error) && error._tag === "Suspended") return "Suspend"
       if (isTagged(error) && runErrorTags.has(error._tag)) return classifyRunError(error as RunError)
       return classifyResolve(error as E)
     },

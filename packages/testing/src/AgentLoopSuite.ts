@@ -32,6 +32,7 @@ import type * as ModelReply from "@polyloop/core/ModelReply"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Effect from "effect/Effect"
 import type * as Layer from "effect/Layer"
+import * as Approvals from "./internal/loop/approvals.js"
 import * as Budgets from "./internal/loop/budgets.js"
 import * as Claims from "./internal/loop/claims.js"
 import * as Events from "./internal/loop/events.js"
@@ -59,7 +60,8 @@ const concerns: ReadonlyArray<Concern> = [
   Budgets.register,
   History.register,
   Events.register,
-  Parallel.register
+  Parallel.register,
+  Approvals.register
 ]
 
 /**

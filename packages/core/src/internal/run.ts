@@ -19,6 +19,7 @@ import type { RunLogStore } from "../RunLogStore.js"
 import type { DerivedExecutor } from "../ToolRegistry.js"
 import type * as Fingerprint from "./fingerprint.js"
 import type * as History from "./history.js"
+import type { Gate } from "./gate.js"
 import type * as State from "./state.js"
 
 /** Everything one attempt of a run works with. Owned by the run's fiber. @internal */
@@ -48,6 +49,8 @@ export interface Run {
   /** The run's `Clock` (read once per step boundary; `TestClock` included). */
   readonly clock: Clock.Clock
   state: State.State
+  /** The approvals of the pending step being resumed (design 0160), set by `Agent.run` before it resumes. */
+  gate: Gate | undefined
 }
 
 /**

@@ -19,13 +19,14 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type { Action } from "../Action.js"
 import type { ActionOutcome } from "../ActionOutcome.js"
-import type { RunError } from "../Errors.js"
+import type { LoopError } from "./gate.js"
 import type { ResultId } from "../Ids.js"
 import type { LoopEvent } from "../LoopEvent.js"
 import type { ModelReply } from "../ModelReply.js"
 import * as ParsedReply from "../ParsedReply.js"
 import type * as RunLog from "../RunLog.js"
 import * as ToolContext from "../ToolContext.js"
+import * as Gate from "./gate.js"
 import * as History from "./history.js"
 import { andThen, asStep, emit, type Run, span } from "./run.js"
 import * as State from "./state.js"
@@ -149,6 +150,24 @@ const settledWithout = (index: number, action: Action, outcome: ActionOutcome): 
   handlerFailed: false
 })
 
+/**
+ * How an action is settled without running it, if it is (design 0160 on top of SPEC §9): a call
+ * a person rejected is `NotExecuted` with the `rejected` text; in a resumed step the approvals
+ * say nothing has started (`fresh`) the action runs; otherwise, on resume, a `"Never"` action is
+ * recorded as interrupted.
+ */
+const withoutRunning = (run: Run, step: number, index: number, action: Action, resumed: boolean): Pending | undefined => {
+  const gate = run.gate
+  if (gate !== undefined && gate.step === step) {
+    const decision = gate.decisions.get(History.callIdOf(action, step, index))
+    if (decision !== undefined && decision._tag === "Reject") {
+      return settledWithout(index, action, Gate.rejectedOutcome(run, action, decision.reason))
+    }
+    if (gate.fresh) return undefined
+  }
+  return resumed && run.executor.replayPolicy(action) === "Never" ? settledWithout(index, action, interruptedOutcome(run, action)) : undefined
+}
+
 const actionExecuted = (run: Run, result: RunLog.ActionResulted, replayed: boolean): LoopEvent => ({
   _tag: "ActionExecuted",
   runId: run.runId,
@@ -169,7 +188,7 @@ const emitResults = (run: Run, results: ReadonlyArray<RunLog.ActionResulted>, re
 }
 
 /** Writes results of an unfinished step (durable on return) and emits their events. */
-const writeResults = (run: Run, step: number, pending: ReadonlyArray<Pending>, replayed: boolean): Effect.Effect<ReadonlyArray<RunLog.ActionResulted>, RunError> => {
+const writeResults = (run: Run, step: number, pending: ReadonlyArray<Pending>, replayed: boolean): Effect.Effect<ReadonlyArray<RunLog.ActionResulted>, LoopError> => {
   const seq = run.state.seq
   const records = pending.map((p, k) => record(seq + k, step, p))
   const [first, ...rest] = records
@@ -194,7 +213,7 @@ const completeStep = (
   pending: ReadonlyArray<Pending>,
   startedAt: number,
   resumed: boolean
-): Effect.Effect<void, RunError> => {
+): Effect.Effect<void, LoopError> => {
   const elapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
   const seq = run.state.seq
   const records = pending.map((p, k) => record(seq + k, step, p))
@@ -226,11 +245,10 @@ const one = (
   decision: ParsedReply.Act,
   startedAt: number,
   resumed: boolean
-): Effect.Effect<void, RunError> => {
+): Effect.Effect<void, LoopError> => {
   const action = decision.actions[0]
-  const settled = resumed && run.executor.replayPolicy(action) === "Never"
-    ? Effect.succeed(settledWithout(0, action, interruptedOutcome(run, action)))
-    : ran(run, step, 0, action)
+  const without = withoutRunning(run, step, 0, action, resumed)
+  const settled = without !== undefined ? Effect.succeed(without) : ran(run, step, 0, action)
   return Effect.flatMap(settled, (p) => completeStep(run, step, reply, decision, [], [p], startedAt, resumed))
 }
 
@@ -243,13 +261,13 @@ const sequential = (
   prior: ReadonlyArray<RunLog.ActionResulted | undefined>,
   startedAt: number,
   resumed: boolean
-): Effect.Effect<void, RunError> => {
+): Effect.Effect<void, LoopError> => {
   const actions = decision.actions
   const n = actions.length
   const written: Array<RunLog.ActionResulted | undefined> = new Array(n)
   let pending: Array<Pending> = []
   let envFailed = false
-  const next = (i: number): Effect.Effect<void, RunError> => {
+  const next = (i: number): Effect.Effect<void, LoopError> => {
     if (i === n) return completeStep(run, step, reply, decision, written, pending, startedAt, resumed)
     const logged = prior[i]
     if (logged !== undefined) {
@@ -262,8 +280,9 @@ const sequential = (
       pending.push(settledWithout(i, action, notStartedOutcome(run, action)))
       return next(i + 1)
     }
-    if (resumed && run.executor.replayPolicy(action) === "Never") {
-      pending.push(settledWithout(i, action, interruptedOutcome(run, action)))
+    const without = withoutRunning(run, step, i, action, resumed)
+    if (without !== undefined) {
+      pending.push(without)
       return next(i + 1)
     }
     return Effect.flatMap(ran(run, step, i, action), (p) => {
@@ -292,7 +311,7 @@ const concurrent = (
   prior: ReadonlyArray<RunLog.ActionResulted | undefined>,
   startedAt: number,
   resumed: boolean
-): Effect.Effect<void, RunError> => {
+): Effect.Effect<void, LoopError> => {
   const actions = decision.actions
   const n = actions.length
   const written: Array<RunLog.ActionResulted | undefined> = new Array(n)
@@ -307,7 +326,7 @@ const concurrent = (
       if (logged.outcome.status === "EnvError") envFailed = true
     }
   }
-  const each = (i: number): Effect.Effect<void, RunError> =>
+  const each = (i: number): Effect.Effect<void, LoopError> =>
     Effect.suspend(() => {
       if (written[i] !== undefined) return Effect.void
       const action = actions[i]!
@@ -315,8 +334,9 @@ const concurrent = (
         settled[i] = settledWithout(i, action, notStartedOutcome(run, action))
         return Effect.void
       }
-      if (resumed && run.executor.replayPolicy(action) === "Never") {
-        settled[i] = settledWithout(i, action, interruptedOutcome(run, action))
+      const without = withoutRunning(run, step, i, action, resumed)
+      if (without !== undefined) {
+        settled[i] = without
         return Effect.void
       }
       return Effect.flatMap(ran(run, step, i, action), (p) => {
@@ -340,6 +360,17 @@ const concurrent = (
 }
 
 /**
+ * The decision a step carries out: tool calls without an id get the deterministic one; several
+ * actions when the agent takes one per step become `ParsedReply.oneActionPerStep`. @internal
+ */
+export const decisionOf = (run: Run, parsed: ParsedReply.ParsedReply, step: number): ParsedReply.ParsedReply => {
+  const assigned = History.assignCallId(parsed, step)
+  return assigned._tag === "Act" && assigned.actions.length > 1 && !run.parallel
+    ? ParsedReply.oneActionPerStep(assigned.actions)
+    : assigned
+}
+
+/**
  * Completes a step whose reply is logged: the decision (tool calls without an id get the
  * deterministic one; several actions when the agent takes one per step become the
  * `InvalidDecision` of `ParsedReply.oneActionPerStep`) is announced, its actions are carried
@@ -355,13 +386,16 @@ export const settle = (
   startedAt: number,
   resumed: boolean,
   prior: ReadonlyArray<RunLog.ActionResulted> = []
-): Effect.Effect<void, RunError> => {
-  const assigned = History.assignCallId(parsed, step)
-  const decision = assigned._tag === "Act" && assigned.actions.length > 1 && !run.parallel
-    ? ParsedReply.oneActionPerStep(assigned.actions)
-    : assigned
+): Effect.Effect<void, LoopError> => {
+  const decision = decisionOf(run, parsed, step)
   return andThen(emit(run, { _tag: "DecisionParsed", runId: run.runId, step, decision }), () => {
     if (decision._tag !== "Act") return completeStep(run, step, reply, decision, [], [], startedAt, resumed)
+    // Calls that need a person's decision: requested, and the run suspends (design 0160). A
+    // resumed step whose requests are recorded goes on with their decisions instead.
+    if (!resumed || (run.gate !== undefined && run.gate.step === step && run.gate.requestNow)) {
+      const suspend = Gate.requestIfNeeded(run, step, decision.actions)
+      if (suspend !== undefined) return suspend
+    }
     if (decision.actions.length === 1 && prior.length === 0) return one(run, step, reply, decision, startedAt, resumed)
     const byIndex: Array<RunLog.ActionResulted | undefined> = new Array(decision.actions.length)
     for (const r of prior) if (r.callIndex < byIndex.length) byIndex[r.callIndex] = r
