@@ -119,7 +119,7 @@ describe.sequential("polyloop verify, and polyloop runs on a damaged store", () 
   it("a torn step (a result whose StepCompleted does not name it) and a summary that disagrees: one line each", async () => {
     const file = damaged((db) => {
       db.prepare(
-        "UPDATE polyloop_records SET payload = json_set(payload, '$.resultId', NULL) WHERE run_id = ? AND seq = (SELECT min(seq) FROM polyloop_records WHERE run_id = ? AND kind = 'StepCompleted' AND json_extract(payload, '$.resultId') IS NOT NULL)"
+        "UPDATE polyloop_records SET payload = json_set(payload, '$.resultIds', json('[]'), '$.effective', json('false')) WHERE run_id = ? AND seq = (SELECT min(seq) FROM polyloop_records WHERE run_id = ? AND kind = 'StepCompleted' AND json_array_length(json_extract(payload, '$.resultIds')) > 0)"
       ).run(runId, runId)
       db.prepare("UPDATE polyloop_runs SET tokens = tokens + 5 WHERE run_id = ?").run(runId)
     })

@@ -14,6 +14,7 @@ import * as Schema from "effect/Schema"
 import type { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
 import { formatIssues } from "./internal/issues.js"
+import * as LogVersions from "./internal/logVersions.js"
 import * as RunLog from "./RunLog.js"
 import { encodeRecord, RunLogStore } from "./RunLogStore.js"
 
@@ -35,7 +36,44 @@ export interface FileRun {
   readonly records: ReadonlyArray<RunLog.RunRecord>
 }
 
-const decodeLine = Schema.decodeUnknownEither(Schema.parseJson(RunLog.RunRecord))
+const parseLine = Schema.decodeUnknownEither(Schema.parseJson())
+const decodeRecord = Schema.decodeUnknownEither(RunLog.RunRecord)
+
+/**
+ * The file's lines as JSON values, each run's version-1 records upgraded as a store's reader
+ * upgrades them (design 0150, decision 7), so a log exported by an earlier version imports.
+ */
+const upgradedLines = (text: string): Array<{ readonly line: number; value: unknown }> | InvalidLogFile => {
+  const lines: Array<{ readonly line: number; value: unknown }> = []
+  const groups: Array<Array<number>> = []
+  const rows = text.split("\n")
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i]!.trim()
+    if (row === "") continue
+    const parsed = parseLine(row)
+    if (parsed._tag === "Left") {
+      return new InvalidLogFile({ reason: "NotARecord", line: i + 1, message: `line ${i + 1} is not a run record: ${formatIssues(parsed.left)}` })
+    }
+    const value = parsed.right
+    const isStart = typeof value === "object" && value !== null && (value as { readonly _tag?: unknown })._tag === "RunStarted"
+    if (isStart || groups.length === 0) groups.push([])
+    groups[groups.length - 1]!.push(lines.length)
+    lines.push({ line: i + 1, value })
+  }
+  for (const group of groups) {
+    const records = group.map((index) => lines[index]!.value)
+    const first = records[0]
+    const isRecords = records.every((r) => typeof r === "object" && r !== null && !Array.isArray(r))
+    if (!isRecords || (first as { readonly _tag?: unknown })._tag !== "RunStarted") continue
+    if ((first as { readonly logVersion?: unknown }).logVersion !== undefined) continue
+    const raw = records as Array<LogVersions.RawRecord>
+    LogVersions.upgradeV1(raw)
+    group.forEach((index, k) => {
+      lines[index]!.value = raw[k]
+    })
+  }
+  return lines
+}
 
 /** The JSON-lines text of a log: each record as the store encodes it, one per line. */
 export const toJsonl = (log: RunLog.RunLog): string => RunLog.records(log).map((record) => `${encodeRecord(record)}\n`).join("")
@@ -50,11 +88,11 @@ export const toJson = (log: RunLog.RunLog): string => {
 export const parse = (text: string): Effect.Effect<ReadonlyArray<FileRun>, InvalidLogFile> =>
   Effect.suspend(() => {
     const runs: Array<{ runId: RunId; records: Array<RunLog.RunRecord> }> = []
-    const lines = text.split("\n")
-    for (let i = 0; i < lines.length; i++) {
-      const line = lines[i]!.trim()
-      if (line === "") continue
-      const decoded = decodeLine(line)
+    const lines = upgradedLines(text)
+    if (lines instanceof InvalidLogFile) return Effect.fail(lines)
+    for (const { line, value } of lines) {
+      const i = line - 1
+      const decoded = decodeRecord(value)
       if (decoded._tag === "Left") {
         return Effect.fail(new InvalidLogFile({ reason: "NotARecord", line: i + 1, message: `line ${i + 1} is not a run record: ${formatIssues(decoded.left)}` }))
       }

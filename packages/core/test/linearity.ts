@@ -5,7 +5,7 @@
  * up to `maxSize`) one run must take at most `slack` times the linear extrapolation from the
  * base. A run over the bound is measured again (best of three) before it counts as a failure,
  * so a pause of the machine does not fail the check, while a quadratic function fails at the
- * first size where its ratio passes `slack` times the linear one (with the defaults, 128 KiB),
+ * first size where its ratio passes `slack` times the linear one (with the defaults, 256 KiB),
  * without running it at 1 MiB.
  *
  * Not collected by vitest on its own.
@@ -65,7 +65,7 @@ export const superlinearGrowth = <I>(
 ): Growth | undefined => {
   const baseSize = options.baseSize ?? 16 * 1024
   const maxSize = options.maxSize ?? 1024 * 1024
-  const slack = options.slack ?? 6
+  const slack = options.slack ?? 12
   const base = input(baseSize)
   best(() => run(base), 5) // warm-up (JIT)
   // A floor of 0.05 ms keeps a base run too fast for the timer from making every ratio huge.

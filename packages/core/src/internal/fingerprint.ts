@@ -20,10 +20,16 @@ const encodeSettings = Schema.encodeSync(ModelSettings)
 const encodeTools = Schema.encodeSync(Schema.Array(ToolDefinition))
 
 /** The canonical JSON value of a request (what its fingerprint hashes). @internal */
-export const canonicalValue = (request: ModelRequest): unknown => JSON.parse(Snapshot.canonicalJson(encodeRequest(request)))
+/**
+ * What a fingerprint covers: messages, tool definitions and settings (design 0170), exactly what
+ * the incremental fingerprinter below hashes; `parallelToolCalls` is in the snapshot instead.
+ */
+const hashed = (request: ModelRequest): ModelRequest => ({ messages: request.messages, tools: request.tools, settings: request.settings })
+
+export const canonicalValue = (request: ModelRequest): unknown => JSON.parse(Snapshot.canonicalJson(encodeRequest(hashed(request))))
 
 /** The fingerprint of a request, computed from scratch. @internal */
-export const ofRequest = (request: ModelRequest): string => Snapshot.sha256(Snapshot.canonicalJson(encodeRequest(request)))
+export const ofRequest = (request: ModelRequest): string => Snapshot.sha256(Snapshot.canonicalJson(encodeRequest(hashed(request))))
 
 /** An incremental fingerprinter for one run: fixed tools and settings, growing messages. @internal */
 export interface Fingerprinter {
