@@ -9,7 +9,7 @@
  * a step costs the same at step 10 and at step 10,000.
  *
  * A `ModelRequest` is a value: its `messages` are a read-only view of that array's first n
- * messages, made in O(1) (`internal/prefixView.ts`, design 0212), so a client that keeps a
+ * messages, made in O(1) (`internal/prefixView.ts`, design 0211), so a client that keeps a
  * request sees it unchanged forever and the step cost stays flat.
  *
  * Why over ~400 lines: the loop is read top to bottom as one state machine (start or resume,
