@@ -104,8 +104,8 @@ export const findBinDir = (): string | undefined => {
 export const install = (log: (line: string) => void): void =>
   Apt.install("postgresql", "PostgreSQL server binaries (initdb, pg_ctl, postgres)", log)
 
-/** A free TCP port on 127.0.0.1 other than PostgreSQL's default 5432. */
-const freePort = async (): Promise<number> => {
+/** A free TCP port on 127.0.0.1 other than PostgreSQL's default 5432 (also used for cluster runners). */
+export const freePort = async (): Promise<number> => {
   for (let attempt = 0; attempt < 10; attempt++) {
     const port = await new Promise<number>((resolve, reject) => {
       const server = Net.createServer()
