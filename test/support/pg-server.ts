@@ -24,6 +24,11 @@ export interface PgServer {
   readonly dataDir: string
   /** Stops the server (fast shutdown) and removes its directory; idempotent. */
   readonly stop: () => void
+  /**
+   * Restarts the server (`pg_ctl restart -m fast`: every connection is cut, the server comes
+   * back on the same port with the same options); throws with the server log if it fails.
+   */
+  readonly restart: () => void
 }
 
 /** Options of `start`. */
@@ -222,7 +227,15 @@ export const start = async (options: StartOptions = {}): Promise<PgServer> => {
       timeoutMs: 30_000
     })
     log(`polyloop test setup: private PostgreSQL (${Path.basename(Path.dirname(binDir))}) on 127.0.0.1:${port}, data in ${dataDir}`)
-    return { url: `postgres://postgres@127.0.0.1:${port}/${database}`, port, database, dataDir, stop }
+    const restart = () => {
+      const [cmd, args] = asUser(user, bin("pg_ctl"), ["-D", dataDir, "-l", logFile, "-m", "fast", "-w", "-t", "60", "restart"])
+      try {
+        run(cmd, args, { cwd: root, timeoutMs: 90_000 })
+      } catch (error) {
+        throw new Error(`pg_ctl restart failed: ${(error as Error).message}\nserver log:\n${serverLog()}`)
+      }
+    }
+    return { url: `postgres://postgres@127.0.0.1:${port}/${database}`, port, database, dataDir, stop, restart }
   } catch (error) {
     stop()
     throw error

@@ -7,7 +7,9 @@
  *
  * ```ts
  * const runner = ClusterRunner.layer({ payload: Order, resolve: (order, runId) => … }).pipe(
- *   Layer.provide(ClusterRunner.layerSocket({ host: "10.0.0.5", port: 34431 })),
+ *   Layer.provideMerge(ClusterRunner.layerSocket({ host: "10.0.0.5", port: 34431 }).pipe(
+ *     Layer.provide(SqlRunLogStore.layerPgClient({ url, maxConnections: 6 })) // the cluster's own pool
+ *   )),
  *   Layer.provide(services), // RunLogStore, ModelClient, DecisionParser, EventSink
  *   Layer.provideMerge(SqlRunLogStore.layerPgClient({ url }))
  * )
@@ -345,6 +347,13 @@ export const shardingConfig = (options: SocketOptions, runnerAddress: Option.Opt
  * storing messages and runners with `SqlMessageStorage` / `SqlRunnerStorage` in the `SqlClient`'s
  * database. The runner holds one connection of the pool for its shard locks (PostgreSQL advisory
  * locks): give the pool at least 3 connections.
+ *
+ * Give it a pool of its own (a second `PgClient` on the same database), not the store's: the
+ * cluster bounds its shard-lock operations with timeouts (`shardLockRefreshInterval`), and an
+ * operation interrupted while it waits for a busy pool loses that connection for good in
+ * `@effect/sql-pg` 0.53 (its `reserve` has no canceler); with the runs' statements on the same
+ * pool the runner ends up with none and stops (seen in the failover test: 16 runs on 12
+ * connections). `ClusterRunner.layer` and the store share the other pool.
  */
 export const layerSocket = (
   options: SocketOptions & { readonly host: string; readonly port: number }
