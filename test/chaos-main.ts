@@ -10,6 +10,7 @@
  *   CHAOS_ID='tools.sqlite.hooked.s7/p17/r4' npm run chaos # replay one scenario by its id
  *   CHAOS_SCENARIOS=1000 npm run chaos                    # fewer
  *   CHAOS_PG=0 npm run chaos                              # SQLite only
+ *   CHAOS_MAX_SECONDS=3000 npm run chaos                  # stop taking scenarios after 50 minutes (the summary says so)
  *
  * PostgreSQL: the server at `POLYLOOP_TEST_PG_URL`, else a private one started here
  * (`support/pg-server.ts`, as the tests do) and stopped at the end.
@@ -20,11 +21,12 @@ import * as Chaos from "./support/chaos.js"
 import * as PgServer from "./support/pg-server.js"
 
 const seed = Number(process.env["CHAOS_SEED"] ?? 1)
-const concurrency = Number(process.env["CHAOS_CONCURRENCY"] ?? 2)
+const concurrency = Number(process.env["CHAOS_CONCURRENCY"] ?? 3)
 const poolSize = Number(process.env["CHAOS_POOL"] ?? concurrency + 2)
 const summaryFile = process.env["CHAOS_SUMMARY"] ?? "chaos-summary.json"
 const replay = process.env["CHAOS_ID"]
 const usePg = (process.env["CHAOS_PG"] ?? "1") !== "0"
+const maxSeconds = process.env["CHAOS_MAX_SECONDS"] === undefined ? undefined : Number(process.env["CHAOS_MAX_SECONDS"])
 
 const main = async () => {
   let server: PgServer.PgServer | undefined
@@ -55,6 +57,7 @@ const main = async () => {
     let done = 0
     const totals = await Chaos.runWork(env, work, {
       concurrency,
+      ...(maxSeconds === undefined ? {} : { maxSeconds }),
       onOutcome: (outcome) => {
         done++
         for (const failure of outcome.failures) console.log(`FAIL ${failure}`)
@@ -62,6 +65,7 @@ const main = async () => {
       }
     })
     const written = {
+      target,
       seed,
       rounds,
       crashPoints: points,

@@ -30,7 +30,9 @@ const common: BuildOptions = {
   bundle: true,
   platform: "node",
   target: "node20",
-  logLevel: "error"
+  logLevel: "error",
+  // The workspace's packages from their TypeScript source, not their built dist/ (design 0210).
+  conditions: ["@polyloop/source"]
 }
 
 /**

@@ -474,8 +474,13 @@ export interface Work {
 export const runWork = async (
   env: Env,
   work: ReadonlyArray<Work>,
-  options: { readonly concurrency: number; readonly onOutcome?: (outcome: Outcome) => void }
-): Promise<Omit<Summary, "byVariant">> => {
+  options: {
+    readonly concurrency: number
+    readonly onOutcome?: (outcome: Outcome) => void
+    /** Take no new scenario after this many seconds (the summary then counts those run). */
+    readonly maxSeconds?: number
+  }
+): Promise<Omit<Summary, "byVariant"> & { readonly stoppedEarly: boolean }> => {
   const started = performance.now()
   const childrenBefore = env.pool.started()
   let next = 0
@@ -483,8 +488,10 @@ export const runWork = async (
   let invariants = 0
   let unreached = 0
   const failures: Array<string> = []
+  let done = 0
+  const deadline = options.maxSeconds === undefined ? Number.POSITIVE_INFINITY : started + options.maxSeconds * 1000
   const worker = async () => {
-    while (next < work.length) {
+    while (next < work.length && performance.now() < deadline) {
       const item = work[next++]!
       const outcome = await runScenario(env, item.ref, item.point, item.seed).catch((error: unknown): Outcome => ({
         id: `${variantId(item.ref.variant)}/p${item.point}/r${item.seed}`,
@@ -497,20 +504,22 @@ export const runWork = async (
       invariants += outcome.invariants
       if (outcome.unreached) unreached++
       failures.push(...outcome.failures)
+      done++
       options.onOutcome?.(outcome)
     }
   }
   await Promise.all(Array.from({ length: options.concurrency }, worker))
   const seconds = (performance.now() - started) / 1000
   return {
-    scenarios: work.length,
+    scenarios: done,
+    stoppedEarly: done < work.length,
     processDeaths: deaths,
     invariantsChecked: invariants,
     unreached,
     childrenStarted: env.pool.started() - childrenBefore,
     failures,
     seconds,
-    scenariosPerSecond: work.length / seconds
+    scenariosPerSecond: done / seconds
   }
 }
 

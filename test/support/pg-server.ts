@@ -24,6 +24,11 @@ export interface PgServer {
   readonly dataDir: string
   /** Stops the server (fast shutdown) and removes its directory; idempotent. */
   readonly stop: () => void
+  /**
+   * Restarts the server (`pg_ctl restart -m fast`: every connection is cut, the server comes
+   * back on the same port with the same options); throws with the server log if it fails.
+   */
+  readonly restart: () => void
 }
 
 /** Options of `start`. */
@@ -104,8 +109,8 @@ export const findBinDir = (): string | undefined => {
 export const install = (log: (line: string) => void): void =>
   Apt.install("postgresql", "PostgreSQL server binaries (initdb, pg_ctl, postgres)", log)
 
-/** A free TCP port on 127.0.0.1 other than PostgreSQL's default 5432. */
-const freePort = async (): Promise<number> => {
+/** A free TCP port on 127.0.0.1 other than PostgreSQL's default 5432 (also used for cluster runners). */
+export const freePort = async (): Promise<number> => {
   for (let attempt = 0; attempt < 10; attempt++) {
     const port = await new Promise<number>((resolve, reject) => {
       const server = Net.createServer()
@@ -222,7 +227,15 @@ export const start = async (options: StartOptions = {}): Promise<PgServer> => {
       timeoutMs: 30_000
     })
     log(`polyloop test setup: private PostgreSQL (${Path.basename(Path.dirname(binDir))}) on 127.0.0.1:${port}, data in ${dataDir}`)
-    return { url: `postgres://postgres@127.0.0.1:${port}/${database}`, port, database, dataDir, stop }
+    const restart = () => {
+      const [cmd, args] = asUser(user, bin("pg_ctl"), ["-D", dataDir, "-l", logFile, "-m", "fast", "-w", "-t", "60", "restart"])
+      try {
+        run(cmd, args, { cwd: root, timeoutMs: 90_000 })
+      } catch (error) {
+        throw new Error(`pg_ctl restart failed: ${(error as Error).message}\nserver log:\n${serverLog()}`)
+      }
+    }
+    return { url: `postgres://postgres@127.0.0.1:${port}/${database}`, port, database, dataDir, stop, restart }
   } catch (error) {
     stop()
     throw error

@@ -24,15 +24,20 @@
  * (`retry-after`, `retry-after-ms`, `x-ratelimit-reset-*`). Messages name the endpoint, the status
  * and the code, never the API key, a header or any free text of a body.
  *
- * Why over ~400 lines: the wire format (request body, reply and error parsing) and the client
- * are one provider adapter, and issue 14 is changing both now; the wire format is to move to
- * `internal/` once that has landed.
+ * Streaming (design 0180): `stream` posts with `stream: true` and
+ * `stream_options.include_usage`, reads the Server-Sent Events (`@effect/experimental`'s `Sse`
+ * decoder) and gives `ModelDelta`s that fold into exactly what `generate` returns; a stream cut
+ * before `data: [DONE]` is a retryable `ModelError`; interrupting the consumer closes the
+ * connection. `generate` also folds an event stream a server sends because `ModelSettings.extra`
+ * asked for `stream: true`. The wire format lives in `internal/chatWire.ts`.
  *
  * @since 0.1.0
  */
 import * as HttpClient from "@effect/platform/HttpClient"
 import type * as HttpClientError from "@effect/platform/HttpClientError"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
+import * as Sse from "@effect/experimental/Sse"
 import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
@@ -41,14 +46,16 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import { ModelError } from "@polyloop/core/Errors"
 import type * as Message from "@polyloop/core/Message"
 import { ModelClient, type ModelRequest, type ToolDefinition } from "@polyloop/core/ModelClient"
-import * as ModelReply from "@polyloop/core/ModelReply"
+import * as ModelDelta from "@polyloop/core/ModelDelta"
+import type * as ModelReply from "@polyloop/core/ModelReply"
 import type { Json, ModelSettings } from "@polyloop/core/ModelSettings"
+import * as ChatWire from "./internal/chatWire.js"
 import * as Errors from "./internal/errors.js"
 
 const source = "OpenAiCompatible"
@@ -141,62 +148,20 @@ export const endpointUrl = (baseUrl: string, query: Readonly<Record<string, stri
   return `${root.replace(/\/+$/, "")}/chat/completions${search === "" ? "" : `?${search}`}`
 }
 
-// -----------------------------------------------------------------------------
-// Wire format (Chat Completions)
-// -----------------------------------------------------------------------------
-
-/** A tool call as the server returns it. Servers differ: `id` may be missing or empty, `arguments` may be an object. */
-const WireToolCall = Schema.Struct({
-  id: Schema.optional(Schema.NullOr(Schema.String)),
-  function: Schema.Struct({
-    name: Schema.String,
-    arguments: Schema.optional(Schema.Unknown)
-  })
-})
-
-const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
-
-const WireUsage = Schema.Struct({
-  prompt_tokens: Schema.optionalWith(Schema.NonNegativeInt, { default: () => 0 }),
-  completion_tokens: Schema.optionalWith(Schema.NonNegativeInt, { default: () => 0 }),
-  total_tokens: Count,
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: Count }))),
-  completion_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: Count }))),
-  /** DeepSeek's name for cached input tokens. */
-  prompt_cache_hit_tokens: Count
-})
+/**
+ * The usage as billed: the prompt tokens, and the completion tokens plus the reasoning tokens
+ * when the server counts those outside the completion (its `total_tokens` says so: prompt +
+ * completion + reasoning). Cached and reasoning counts are kept as details.
+ */
+export const readUsage = ChatWire.readUsage
 
 /**
- * `content` is a string, or (Mistral's reasoning models, some gateways) an array of parts:
- * `{type: "text", text}` and `{type: "thinking", thinking: [{type: "text", text}]}`.
+ * Reads a 2xx body into a reply. A body that is not JSON or not a chat completion is a
+ * non-retryable `ModelError`; an error object in the body is classified by its numeric code.
  */
-const WireContent = Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.Unknown)))
-
-/** The part of a chat completion polyloop reads. */
-const WireCompletion = Schema.Struct({
-  choices: Schema.NonEmptyArray(
-    Schema.Struct({
-      message: Schema.Struct({
-        content: Schema.optional(WireContent),
-        refusal: Schema.optional(Schema.NullOr(Schema.String)),
-        reasoning_content: Schema.optional(Schema.NullOr(Schema.String)),
-        reasoning: Schema.optional(Schema.NullOr(Schema.String)),
-        tool_calls: Schema.optional(Schema.NullOr(Schema.Array(WireToolCall)))
-      }),
-      finish_reason: Schema.optional(Schema.NullOr(Schema.String))
-    })
-  ),
-  usage: Schema.optional(Schema.NullOr(WireUsage))
-})
-
-/** An error reported in a 2xx body (OpenRouter does this for upstream failures). */
-const WireErrorBody = Schema.Struct({
-  error: Schema.Struct({ code: Schema.optional(Schema.Unknown) })
-})
+export const parseCompletion = ChatWire.parseCompletion
 
 const decodeJson = Schema.decodeUnknownEither(Schema.parseJson())
-const decodeCompletion = Schema.decodeUnknownEither(WireCompletion)
-const decodeErrorBody = Schema.decodeUnknownEither(WireErrorBody)
 
 /** A Chat Completions message as sent. */
 export type WireMessage =
@@ -246,12 +211,14 @@ export const toWireTool = (tool: ToolDefinition) => ({
  * The request body: model, messages, tools and settings (`maxOutputTokens` as
  * `maxTokensParameter`, default `max_tokens`); `parallel_tool_calls: false` when the agent takes
  * one action per step and tools are sent (the API refuses it without tools; design 0150);
+ * `stream: true` with `stream_options.include_usage` when `streaming` (design 0180);
  * `settings.extra` is merged last, verbatim, so it can add or override any field.
  */
 export const toRequestBody = (
   request: ModelRequest,
   defaultModel: string,
-  maxTokensParameter: MaxTokensParameter = "max_tokens"
+  maxTokensParameter: MaxTokensParameter = "max_tokens",
+  streaming: boolean = false
 ): Record<string, unknown> => {
   const settings: ModelSettings = request.settings
   const extra: Readonly<Record<string, Json>> = settings.extra ?? {}
@@ -265,110 +232,12 @@ export const toRequestBody = (
     ...(settings.maxOutputTokens === undefined ? {} : { [maxTokensParameter]: settings.maxOutputTokens }),
     ...(settings.seed === undefined ? {} : { seed: settings.seed }),
     ...(settings.stop === undefined ? {} : { stop: settings.stop }),
+    ...(streaming ? { stream: true, stream_options: { include_usage: true } } : {}),
     ...extra
   }
 }
 
-const argumentsText = (value: unknown): string =>
-  typeof value === "string" ? value : value === undefined || value === null ? "{}" : JSON.stringify(value)
 
-/** Paths of the problems in a parse error, without the values found there (they are body content). */
-const issuePaths = (error: ParseResult.ParseError): string => {
-  const paths = ParseResult.ArrayFormatter.formatErrorSync(error).map((issue) =>
-    issue.path.length === 0 ? "(root)" : issue.path.map(String).join(".")
-  )
-  return [...new Set(paths)].slice(0, 3).join(", ")
-}
-
-const isRecord = (value: unknown): value is Readonly<Record<string, unknown>> =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
-
-/** The text and the thinking of a `content` given as parts (unknown parts are skipped). */
-const readParts = (parts: ReadonlyArray<unknown>): { readonly text: string; readonly thinking: string } => {
-  let text = ""
-  let thinking = ""
-  for (const part of parts) {
-    if (!isRecord(part)) continue
-    if (part.type === "text" && typeof part.text === "string") text += part.text
-    else if (part.type === "thinking" && Array.isArray(part.thinking)) thinking += readParts(part.thinking).text
-    else if (part.type === "thinking" && typeof part.thinking === "string") thinking += part.thinking
-  }
-  return { text, thinking }
-}
-
-const nonEmpty = (text: string | null | undefined): string | undefined => (text === undefined || text === null || text === "" ? undefined : text)
-
-/**
- * The usage as billed: the prompt tokens, and the completion tokens plus the reasoning tokens
- * when the server counts those outside the completion (its `total_tokens` says so: prompt +
- * completion + reasoning). Cached and reasoning counts are kept as details.
- */
-export const readUsage = (usage: typeof WireUsage.Type | null | undefined): ModelReply.Usage => {
-  if (usage === undefined || usage === null) return ModelReply.emptyUsage
-  const cached = usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ?? undefined
-  const reasoning = usage.completion_tokens_details?.reasoning_tokens ?? undefined
-  const reasoningOutside = reasoning !== undefined && reasoning > 0 &&
-    usage.total_tokens === usage.prompt_tokens + usage.completion_tokens + reasoning
-  return {
-    inputTokens: usage.prompt_tokens,
-    outputTokens: usage.completion_tokens + (reasoningOutside ? reasoning : 0),
-    ...(cached === undefined || cached === null ? {} : { cachedInputTokens: cached }),
-    ...(reasoning === undefined || reasoning === null ? {} : { reasoningTokens: reasoning })
-  }
-}
-
-/**
- * Reads a 2xx body into a reply. A body that is not JSON or not a chat completion is a
- * non-retryable `ModelError`; an error object in the body is classified by its numeric code.
- */
-export const parseCompletion = (body: string, endpoint: string): Either.Either<ModelReply.ModelReply, ModelError> => {
-  const json = decodeJson(body)
-  if (Either.isLeft(json)) {
-    return Either.left(new ModelError({ retryable: false, message: `${source}: the answer of ${endpoint} is not JSON` }))
-  }
-  const completion = decodeCompletion(json.right)
-  if (Either.isLeft(completion)) {
-    const reported = decodeErrorBody(json.right)
-    if (Either.isRight(reported)) {
-      const code = reported.right.error.code
-      const provider = Errors.providerErrorOf(json.right)
-      return Either.left(
-        typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599
-          ? Errors.providerStatusError(source, endpoint, code, { headers: {}, body: json.right, nowMillis: 0 })
-          : new ModelError({
-            retryable: false,
-            message: `${source}: ${endpoint} reported an error in its answer${provider.code === undefined ? "" : ` (${provider.code})`}`,
-            ...provider
-          })
-      )
-    }
-    return Either.left(
-      new ModelError({
-        retryable: false,
-        message: `${source}: the answer of ${endpoint} is not a chat completion (at ${issuePaths(completion.left)})`
-      })
-    )
-  }
-  const choice = completion.right.choices[0]
-  const message = choice.message
-  const content = message.content
-  const parts = Array.isArray(content) ? readParts(content) : undefined
-  const refusal = nonEmpty(message.refusal)
-  const text = parts !== undefined ? parts.text : typeof content === "string" ? content : ""
-  const reasoning = nonEmpty(message.reasoning_content) ?? nonEmpty(message.reasoning) ?? nonEmpty(parts?.thinking)
-  return Either.right(ModelReply.make({
-    text: text === "" && refusal !== undefined ? refusal : text,
-    toolCalls: (message.tool_calls ?? []).map((call, index) => ({
-      id: nonEmpty(call.id) ?? `call_${index}`,
-      name: call.function.name,
-      argumentsText: argumentsText(call.function.arguments)
-    })),
-    usage: readUsage(completion.right.usage),
-    refusal,
-    reasoning,
-    finishReason: choice.finish_reason ?? undefined
-  }))
-}
 
 const fromHttpError = (endpoint: string) => (error: HttpClientError.HttpClientError): ModelError => {
   if (error._tag === "RequestError") {
@@ -414,33 +283,77 @@ export const make = (options: Options): Effect.Effect<ModelClient.Service, never
     )
     const toError = fromHttpError(endpoint)
 
+    /** Posts a body; a non-2xx answer is the provider's error (only its code, type and param are read). */
+    const send = (body: Record<string, unknown>) =>
+      Effect.flatMap(
+        client.execute(HttpClientRequest.bodyUnsafeJson(HttpClientRequest.post(url), body)).pipe(Effect.mapError(toError)),
+        (response) =>
+          response.status >= 200 && response.status < 300
+            ? Effect.succeed(response)
+            : Effect.gen(function*() {
+              const errorBody = yield* response.text.pipe(Effect.orElseSucceed(() => ""))
+              const nowMillis = yield* Clock.currentTimeMillis
+              return yield* Errors.providerStatusError(source, endpoint, response.status, {
+                headers: response.headers,
+                body: Either.getOrUndefined(decodeJson(errorBody)),
+                nowMillis
+              })
+            })
+      )
+
+    /** The deltas of a response whose body is Server-Sent Events (design 0180). */
+    const eventDeltas = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<ModelDelta.ModelDelta, ModelError> =>
+      ChatWire.streamDeltas(
+        response.stream.pipe(
+          Stream.mapError(toError),
+          Stream.decodeText(),
+          Stream.pipeThroughChannel(Sse.makeChannel())
+        ),
+        endpoint,
+        response.status
+      )
+
+    const isEventStream = (response: HttpClientResponse.HttpClientResponse): boolean =>
+      (response.headers["content-type"] ?? "").toLowerCase().startsWith("text/event-stream")
+
+    const attributes = (request: ModelRequest, body: Record<string, unknown>) => ({
+      endpoint,
+      model: String(body.model),
+      messages: request.messages.length,
+      tools: request.tools.length
+    })
+
     const generate = (request: ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> => {
       const body = toRequestBody(request, options.model, maxTokensParameter)
-      return Effect.gen(function*() {
-        const response = yield* client.execute(
-          HttpClientRequest.bodyUnsafeJson(HttpClientRequest.post(url), body)
-        ).pipe(Effect.mapError(toError))
-        if (response.status < 200 || response.status >= 300) {
-          // Only the error object's code, type and param are read from the body, never its text.
-          const errorBody = yield* response.text.pipe(Effect.orElseSucceed(() => ""))
-          const nowMillis = yield* Clock.currentTimeMillis
-          return yield* Errors.providerStatusError(source, endpoint, response.status, {
-            headers: response.headers,
-            body: Either.getOrUndefined(decodeJson(errorBody)),
-            nowMillis
-          })
-        }
-        const text = yield* response.text.pipe(Effect.mapError(toError))
-        return yield* parseCompletion(text, endpoint)
-      }).pipe(
-        Effect.timeoutFail({ duration: timeout, onTimeout: () => Errors.timeoutError(source, endpoint, timeout) }),
-        Effect.withSpan("OpenAiCompatible.generate", {
-          attributes: { endpoint, model: String(body.model), messages: request.messages.length, tools: request.tools.length }
-        })
-      )
+      return Effect.flatMap(send(body), (response) =>
+        // `stream: true` set through `ModelSettings.extra`: the events are folded into the reply.
+        isEventStream(response)
+          ? ModelDelta.collect(eventDeltas(response))
+          : Effect.flatMap(response.text.pipe(Effect.mapError(toError)), (text) => ChatWire.parseCompletion(text, endpoint))).pipe(
+          Effect.timeoutFail({ duration: timeout, onTimeout: () => Errors.timeoutError(source, endpoint, timeout) }),
+          Effect.withSpan("OpenAiCompatible.generate", { attributes: attributes(request, body) })
+        )
     }
 
-    return ModelClient.of({ generate })
+    // The timeout of a stream is the longest wait for its next piece (a long reply may take
+    // longer than it in all); a cut is a retryable `ModelError`.
+    const stream = (request: ModelRequest): Stream.Stream<ModelDelta.ModelDelta, ModelError> => {
+      const body = toRequestBody(request, options.model, maxTokensParameter, true)
+      return Stream.unwrap(Effect.map(send(body), (response) =>
+        isEventStream(response)
+          ? eventDeltas(response)
+          : Stream.fromIterableEffect(
+            Effect.map(
+              Effect.flatMap(response.text.pipe(Effect.mapError(toError)), (text) => ChatWire.parseCompletion(text, endpoint)),
+              ModelDelta.fromReply
+            )
+          ))).pipe(
+          Stream.timeoutFail(() => Errors.timeoutError(source, endpoint, timeout), timeout),
+          Stream.withSpan("OpenAiCompatible.stream", { attributes: attributes(request, body) })
+        )
+    }
+
+    return ModelClient.of({ generate, stream })
   })
 
 /** The `ModelClient` layer; needs an `HttpClient` (e.g. `NodeHttpClient.layerUndici`). */

@@ -43,6 +43,18 @@ export type Reply =
   | { readonly _tag: "BreakBody" }
   /** Resets the connection (TCP RST) without answering. */
   | { readonly _tag: "Reset" }
+  /**
+   * Server-Sent Events, written one at a time (each flushed on its own): before event `i` the
+   * server waits for `gate(i)` when given (hold the end of a stream back); after `cutAfter`
+   * events it destroys the connection (`"destroy"`) or ends the answer early (`"end"`).
+   */
+  | {
+    readonly _tag: "Events"
+    readonly events: ReadonlyArray<string>
+    readonly gate?: ((index: number) => Promise<void> | undefined) | undefined
+    readonly cutAfter?: number | undefined
+    readonly cut?: "destroy" | "end" | undefined
+  }
   /** Answers from the request as received (e.g. with calls of the tools it declares). */
   | { readonly _tag: "Respond"; readonly respond: (request: Received) => Reply }
 
@@ -69,6 +81,11 @@ export const stallBody: Reply = { _tag: "StallBody" }
 export const breakBody: Reply = { _tag: "BreakBody" }
 /** The connection is reset once the request has arrived: no status, no body. */
 export const reset: Reply = { _tag: "Reset" }
+/** Server-Sent Events, one by one (see the `Events` reply); each element is one event's text, blank line included. */
+export const events = (
+  list: ReadonlyArray<string>,
+  options: { readonly gate?: (index: number) => Promise<void> | undefined; readonly cutAfter?: number; readonly cut?: "destroy" | "end" } = {}
+): Reply => ({ _tag: "Events", events: list, gate: options.gate, cutAfter: options.cutAfter, cut: options.cut })
 /** An answer computed from the request received. */
 export const respond = (f: (request: Received) => Reply): Reply => ({ _tag: "Respond", respond: f })
 
@@ -116,6 +133,25 @@ export const make: Effect.Effect<FakeServer, never, Scope.Scope> = Effect.gen(fu
       }
       case "Reset": {
         res.socket?.resetAndDestroy()
+        return
+      }
+      case "Events": {
+        res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+        const send = async () => {
+          for (let i = 0; i < reply.events.length; i++) {
+            if (reply.cutAfter !== undefined && i === reply.cutAfter) {
+              if (reply.cut === "end") res.end()
+              else res.destroy()
+              return
+            }
+            const wait = reply.gate?.(i)
+            if (wait !== undefined) await wait
+            if (res.destroyed) return
+            await new Promise<void>((done) => res.write(reply.events[i]!, () => done()))
+          }
+          res.end()
+        }
+        void send()
         return
       }
       case "Respond":

@@ -34,3 +34,24 @@ export const reply = (file: string): FakeServer.Reply => FakeServer.raw(statusOf
 /** Every recorded payload file (sidecars excluded). */
 export const all = (): ReadonlyArray<string> =>
   fs.readdirSync(directory).filter((file) => file.endsWith(".json") && !file.endsWith(".headers.json")).sort()
+
+const streams = new URL("./fixtures/recorded/streams/", import.meta.url)
+
+/** The text of a recorded stream (`fixtures/recorded/streams/`). */
+export const streamText = (file: string): string => fs.readFileSync(new URL(file, streams), "utf8")
+
+/**
+ * A recorded stream as the events a server sends, each with its blank line: a `.sse` file is
+ * split at its blank lines; a `.chunks.txt` file (one chunk's JSON per line, as vercel/ai keeps
+ * its recordings) becomes one `data:` event per line and the closing `data: [DONE]`, as the
+ * Chat Completions API sends them.
+ */
+export const streamEvents = (file: string): ReadonlyArray<string> => {
+  const text = streamText(file)
+  if (file.endsWith(".sse")) return text.split(/\n\n/).filter((event) => event.trim() !== "").map((event) => `${event}\n\n`)
+  return [...text.split("\n").filter((line) => line.trim() !== "").map((line) => `data: ${line}\n\n`), "data: [DONE]\n\n"]
+}
+
+/** The JSON chunks of a recorded Chat Completions stream (`[DONE]` left out). */
+export const streamChunks = (file: string): ReadonlyArray<unknown> =>
+  streamEvents(file).map((event) => event.replace(/^data: /, "").trim()).filter((data) => data !== "[DONE]").map((data) => JSON.parse(data))

@@ -1,5 +1,5 @@
 /**
- * `polyloop demo`: runs the GovDoc-like tool-calling agent of `examples/govdoc.ts` on the run
+ * `polyloop demo`: runs the GovDoc-like tool-calling agent of `GovDoc.ts` on the run
  * store (the SQLite file `./polyloop.db` by default) with a scripted model, printing each step
  * as it happens from the loop's events, then a summary.
  *
@@ -32,7 +32,7 @@ import * as Snapshot from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
 import { ToolContext } from "@polyloop/core/ToolContext"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
-import * as GovDoc from "@polyloop/examples/govdoc"
+import * as GovDoc from "./GovDoc.js"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
@@ -250,7 +250,7 @@ export const run = (options: Options) =>
     if (!Option.isSome(log.finished)) {
       yield* out(`${style.bold("task")}       ${GovDoc.task}`)
       yield* out(`${style.bold("workspace")}  ${root}`)
-      yield* out(`${style.bold("model")}      ${Option.match(real, { onNone: () => "scripted (examples/govdoc.ts)", onSome: (m) => `${m.model} via ${m.baseUrl ?? openAiBaseUrl}` })}`)
+      yield* out(`${style.bold("model")}      ${Option.match(real, { onNone: () => "scripted (GovDoc.ts)", onSome: (m) => `${m.model} via ${m.baseUrl ?? openAiBaseUrl}` })}`)
       yield* out(`${style.bold("store")}      ${Store.describe(options.location)}\n`)
     }
 

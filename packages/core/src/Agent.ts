@@ -8,9 +8,9 @@
  * `StepCompleted` (atomic) → events. History is rendered by appending to one message array, so
  * a step costs the same at step 10 and at step 10,000.
  *
- * The `messages` of a `ModelRequest` is that growing array: the loop only ever appends to it,
- * after the call returned. A `ModelClient` that keeps a request beyond the call must copy the
- * messages (or remember their count).
+ * A `ModelRequest` is a value: its `messages` are a read-only view of that array's first n
+ * messages, made in O(1) (`internal/prefixView.ts`, design 0211), so a client that keeps a
+ * request sees it unchanged forever and the step cost stays flat.
  *
  * Why over ~400 lines: the loop is read top to bottom as one state machine (start or resume,
  * step, judgment, finish), and issues 14–16 and 18 are changing it at the same time; it is to be
@@ -22,9 +22,11 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
@@ -36,13 +38,17 @@ import { RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Gate from "./internal/gate.js"
 import * as History from "./internal/history.js"
+import * as PrefixView from "./internal/prefixView.js"
 import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
 import * as State from "./internal/state.js"
 import * as Step from "./internal/step.js"
+import * as Streaming from "./internal/streaming.js"
 import * as Tracing from "./internal/tracing.js"
 import * as Truncation from "./internal/truncation.js"
+import * as Wiring from "./internal/wiring.js"
 import { ModelClient, type ModelRequest } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
+import type { LoopEvent } from "./LoopEvent.js"
 import type { ParsedReply } from "./ParsedReply.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
@@ -61,6 +67,12 @@ export interface RunRequest {
    * have been derived from this registry.
    */
   readonly tools: ToolRegistry<unknown>
+  /**
+   * Stream the model's replies (design 0180): each reply is announced piece by piece as
+   * `ModelDelta` events while it arrives, then logged whole as before. Not in the snapshot (it
+   * changes nothing the model sees): a run may resume with or without it. Default false.
+   */
+  readonly streaming?: boolean | undefined
 }
 
 /** How a run ended; the same value every time `run` is called on a finished run id. */
@@ -155,10 +167,12 @@ const logModelFailure = (step: number, error: ModelError) =>
 
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number) => {
+  // A value (design 0211): a read-only view of the history's first n messages, made in O(1).
+  const messages = PrefixView.prefix(run.state.messages)
   const request: ModelRequest = run.parallel
-    ? { messages: run.state.messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
-    : { messages: run.state.messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
-  const call = run.model.generate(request)
+    ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
+    : { messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
+  const call = run.streaming ? Streaming.modelCall(run, step, request) : run.model.generate(request)
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
   // `maxAttempts` times in all. Every failed attempt is logged.
@@ -400,6 +414,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           concurrency: agent.actionConcurrency ?? 1,
           traced: Tracing.isTraced(tracer),
           silent: EventSink.isNoop(sink),
+          streaming: request.streaming ?? false,
           clock,
           state: State.fresh(messages),
           gate: undefined
@@ -425,8 +440,54 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     )
   }).pipe(Effect.withSpan("Agent.run", { attributes: { "polyloop.run_id": request.runId, "polyloop.agent": request.agent.name } }))
 
+/** The last item of `stream`: the run's result. */
+export interface RunCompleted {
+  readonly _tag: "RunCompleted"
+  readonly result: RunResult
+}
+
+/** What `stream` yields: the run's events as they happen, then its result. */
+export type StreamItem = LoopEvent | RunCompleted
+
+/**
+ * Runs a request as `run` does, streaming (design 0180), and yields every event of the run as
+ * it happens — `ModelDelta`s included — then `RunCompleted` with the result; the stream fails
+ * with the run's error. The events also reach the `EventSink` in context. Interrupting the
+ * stream's consumer interrupts the run (which stays resumable). Events wait for the consumer in
+ * an unbounded queue: the run never waits for a slow reader.
+ */
+export const stream = (request: RunRequest): Stream.Stream<StreamItem, RunError, Requirements> =>
+  Stream.unwrapScoped(
+    Effect.gen(function*() {
+      const mailbox = yield* Mailbox.make<StreamItem, RunError>()
+      const outer = yield* EventSink.EventSink
+      const sink = EventSink.make(
+        EventSink.isNoop(outer) ? (event) => Effect.asVoid(mailbox.offer(event)) : (event) => Effect.zipRight(mailbox.offer(event), outer.emit(event))
+      )
+      yield* run({ ...request, streaming: request.streaming ?? true }).pipe(
+        Effect.flatMap((result) => mailbox.offer({ _tag: "RunCompleted", result })),
+        Effect.zipRight(mailbox.end),
+        // Tapped, not caught: the run's fiber ends with its own cause; the stream carries it.
+        Effect.tapErrorCause((cause) => mailbox.failCause(cause)),
+        Effect.provideService(EventSink.EventSink, sink),
+        Effect.forkScoped
+      )
+      return Mailbox.toStream(mailbox)
+    })
+  )
+
 /**
  * Records a person's decision on a call a suspended run waits for (design 0160); the next
  * `Agent.run` resumes the run. See `Approval.decide`.
  */
 export const decide = Approval.decide
+
+/** The options of `layer`: a store, a model and a parser; `tools` (or an `executor`); `events`. */
+export type LayerOptions = Wiring.Options
+
+/**
+ * Every service `run` needs in one layer: `Agent.layer({ store, model, parser, tools })`. The event
+ * sink defaults to `EventSink.layerNoop`, the executor to `tools`' derived executor (pass the same
+ * registry to `run`). Its error type is its parts' (a registry of `Tool.Handled` tools adds none).
+ */
+export const layer: <const O extends LayerOptions>(options: O) => Wiring.AgentLayer<O> = Wiring.layer

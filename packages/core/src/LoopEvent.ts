@@ -2,12 +2,17 @@
  * Events the loop emits through the `EventSink` while a run goes on. `ActionExecuted` carries
  * the executor's own observation for audit (it never enters history when synthetic).
  *
+ * Every event reports a record once it is durable, except `ModelDelta` (design 0180): a piece of
+ * a reply still arriving, when the run streams; the `ModelReplied` that follows carries the
+ * durable reply, and a new `attempt` starts the reply again.
+ *
  * @since 0.1.0
  */
 import * as Schema from "effect/Schema"
 import { Action } from "./Action.js"
 import { ActionOutcome } from "./ActionOutcome.js"
 import { RunId } from "./Ids.js"
+import { ModelDelta as Delta } from "./ModelDelta.js"
 import { ModelReply, Usage } from "./ModelReply.js"
 import { ParsedReply } from "./ParsedReply.js"
 import { Decision, RunCounters } from "./RunLog.js"
@@ -19,6 +24,11 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", { runId: RunId, task
 export const RunResumed = Schema.TaggedStruct("RunResumed", { runId: RunId, fromStep: Schema.Int, at: Schema.Finite })
 /** A step began (the model is about to be called). */
 export const StepStarted = Schema.TaggedStruct("StepStarted", { runId: RunId, step: Schema.Int })
+/**
+ * A piece of the reply of `step` as it arrives (only when the run streams; never logged).
+ * `attempt` counts the model calls of the step from 0: a retry starts the reply again.
+ */
+export const ModelDelta = Schema.TaggedStruct("ModelDelta", { runId: RunId, step: Schema.Int, attempt: Schema.Int, delta: Delta })
 /** The model replied and the reply is durable. */
 export const ModelReplied = Schema.TaggedStruct("ModelReplied", { runId: RunId, step: Schema.Int, reply: ModelReply })
 /** The parser read a decision. */
@@ -70,6 +80,7 @@ export const LoopEvent = Schema.Union(
   RunStarted,
   RunResumed,
   StepStarted,
+  ModelDelta,
   ModelReplied,
   DecisionParsed,
   ActionExecuted,

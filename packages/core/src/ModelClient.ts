@@ -6,15 +6,21 @@
  * failures, rate limits (429) and server errors (5xx), false for every other rejection.
  * Interrupting `generate` aborts the call in flight.
  *
+ * A client may also `stream` the reply (design 0180): a `Stream` of `ModelDelta`s whose fold
+ * (`ModelDelta.fold`) is exactly the reply `generate` returns for the same content. A stream cut
+ * before its end is a retryable `ModelError`; interrupting its consumption aborts the call.
+ *
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
 import type * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import type { ModelError } from "./Errors.js"
 import { JsonValue } from "./internal/jsonValue.js"
 import { Message } from "./Message.js"
+import * as ModelDelta from "./ModelDelta.js"
 import type { ModelReply } from "./ModelReply.js"
 import { ModelSettings } from "./ModelSettings.js"
 
@@ -27,7 +33,10 @@ export const ToolDefinition = Schema.Struct({
 /** @since 0.1.0 */
 export interface ToolDefinition extends Schema.Schema.Type<typeof ToolDefinition> {}
 
-/** What the loop sends to the model each step. */
+/**
+ * What the loop sends to the model each step. A value: the loop never changes a request after
+ * handing it to a client (its `messages` are a read-only array: copy them to change them).
+ */
 export const ModelRequest = Schema.Struct({
   messages: Schema.Array(Message),
   tools: Schema.Array(ToolDefinition),
@@ -50,12 +59,31 @@ export declare namespace ModelClient {
   /** @since 0.1.0 */
   export interface Service {
     readonly generate: (request: ModelRequest) => Effect.Effect<ModelReply, ModelError>
+    /** The reply as it arrives (optional): its deltas fold into what `generate` returns. */
+    readonly stream?: (request: ModelRequest) => Stream.Stream<ModelDelta.ModelDelta, ModelError>
   }
 }
 
-/** Makes a `ModelClient` service from its `generate` function. */
-export const make = (generate: ModelClient.Service["generate"]): ModelClient.Service => ({ generate })
+/** Makes a `ModelClient` service from its `generate` function (and its `stream`, if it streams). */
+export const make = (
+  generate: ModelClient.Service["generate"],
+  stream?: ModelClient.Service["stream"]
+): ModelClient.Service => (stream === undefined ? { generate } : { generate, stream })
 
-/** A layer from a `generate` function. */
-export const layer = (generate: ModelClient.Service["generate"]): Layer.Layer<ModelClient> =>
-  Layer.succeed(ModelClient, make(generate))
+/** A layer from a `generate` function (and a `stream` function, if the client streams). */
+export const layer = (
+  generate: ModelClient.Service["generate"],
+  stream?: ModelClient.Service["stream"]
+): Layer.Layer<ModelClient> => Layer.succeed(ModelClient, make(generate, stream))
+
+/** Whether the client streams its replies itself. */
+export const streams = (client: ModelClient.Service): boolean => client.stream !== undefined
+
+/**
+ * The reply of a request as a stream of deltas: the client's own `stream`, or, for a client
+ * that does not stream, the whole reply of `generate` as one burst of deltas.
+ */
+export const streamOf = (client: ModelClient.Service) => (request: ModelRequest): Stream.Stream<ModelDelta.ModelDelta, ModelError> =>
+  client.stream !== undefined
+    ? client.stream(request)
+    : Stream.flatMap(Stream.fromEffect(client.generate(request)), (reply) => Stream.fromIterable(ModelDelta.fromReply(reply)))

@@ -95,6 +95,11 @@ export * as Message from "./Message.js"
 export * as ModelClient from "./ModelClient.js"
 
 /**
+ * A model reply as it arrives (design 0180): text, reasoning and refusal fragments, tool-call fragments by call index, the usage and the finish reason. `fold` turns deltas into exactly the `ModelReply` a non-streaming call returns; every client, the scripted model and the loop use this one fold.
+ */
+export * as ModelDelta from "./ModelDelta.js"
+
+/**
  * What the model returned, exactly as logged (design 0140): text, native tool calls, usage, the finish reason in one vocabulary across providers with the provider's own word kept, and what else a provider returns that the run must not lose (a refusal, reasoning text).
  */
 export * as ModelReply from "./ModelReply.js"

@@ -3,7 +3,9 @@
  * step) or from a function of the request and the step; records every request it saw; can fail
  * a given number of times with a retryable or non-retryable `ModelError`; can be slow (on
  * `Clock`, so `TestClock` drives it); can run a hook before replying (signal a `Deferred`, then
- * block, to interrupt a run mid-call).
+ * block, to interrupt a run mid-call); can stream its replies in chunks (design 0180), slowly,
+ * holding a delta back, or cut after some of them (a retryable `ModelError`, as a lost
+ * connection is).
  *
  * The step of a call is the number of `Assistant` messages in the request (the loop renders one
  * per completed step), so a script indexed by step replays the same way after a resume. It is
@@ -15,9 +17,11 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import { ModelError } from "@polyloop/core/Errors"
 import type * as Message from "@polyloop/core/Message"
 import * as ModelClient from "@polyloop/core/ModelClient"
+import * as ModelDelta from "@polyloop/core/ModelDelta"
 import * as ModelReply from "@polyloop/core/ModelReply"
 
 /** A scripted reply: a full `ModelReply`, or a string (a text reply with the default usage). */
@@ -47,8 +51,30 @@ export interface Failure {
   readonly status?: number
 }
 
+/** Cut the streams of a step: the first `times` streams (of `step`, or of any step) fail after `after` deltas. */
+export interface Cut {
+  readonly step?: number
+  readonly times: number
+  /** How many deltas are sent before the cut (default: half of them, rounded down). */
+  readonly after?: number
+}
+
+/** How a scripted model streams (design 0180). */
+export interface StreamingOptions {
+  /** Characters of text, reasoning or arguments per delta (default 4). */
+  readonly chunkSize?: number
+  /** Each delta waits this long on `Clock` before it is sent (interruptible). */
+  readonly delay?: Duration.DurationInput
+  /** Runs before delta `index` of a call is sent (signal, block: hold the end of a reply back). */
+  readonly beforeDelta?: (call: Call, index: number, count: number) => Effect.Effect<void>
+  /** Streams cut part-way, checked in order. */
+  readonly cuts?: ReadonlyArray<Cut>
+}
+
 /** Options of a scripted model. */
 export interface Options {
+  /** Stream replies in chunks (the client gets a `stream` method); `true` for the defaults. */
+  readonly streaming?: StreamingOptions | boolean
   /** Injected failures, checked in order before the script. */
   readonly failures?: ReadonlyArray<Failure>
   /** Each call waits this long on `Clock` before replying (interruptible). */
@@ -165,7 +191,8 @@ export const make = (script: Script, options: Options = {}): Effect.Effect<Scrip
       return Effect.map(scripted, (out) => fillIds(typeof out === "string" ? text(out, options.usage) : out, call.step))
     }
 
-    const generate = (request: ModelClient.ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> =>
+    /** Records a call and makes its reply (after latency, the hook and injected failures). */
+    const start = (request: ModelClient.ModelRequest): Effect.Effect<{ readonly call: Call; readonly reply: ModelReply.ModelReply }, ModelError> =>
       Effect.suspend(() => {
         const step = stepOf(request.messages)
         const attempt = attemptsByStep.get(step) ?? 0
@@ -176,13 +203,65 @@ export const make = (script: Script, options: Options = {}): Effect.Effect<Scrip
         let effect = reply(request, call)
         if (options.onCall !== undefined) effect = Effect.zipRight(options.onCall(call, request), effect)
         if (latency !== undefined) effect = Effect.zipRight(Effect.sleep(latency), effect)
-        return Effect.onInterrupt(effect, () =>
-          Effect.sync(() => {
-            interruptions += 1
-          }))
+        return Effect.map(effect, (replied) => ({ call, reply: replied }))
       })
 
-    const client = ModelClient.make(generate)
+    const generate = (request: ModelClient.ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> =>
+      Effect.onInterrupt(Effect.map(start(request), (started) => started.reply), () =>
+        Effect.sync(() => {
+          interruptions += 1
+        }))
+
+    const streaming = options.streaming === undefined || options.streaming === false
+      ? undefined
+      : options.streaming === true
+      ? {}
+      : options.streaming
+    const cutsLeft = (streaming?.cuts ?? []).map((cut) => cut.times)
+    const delay = streaming?.delay === undefined ? undefined : Duration.decode(streaming.delay)
+    const counted = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+      Effect.onInterrupt(effect, () =>
+        Effect.sync(() => {
+          interruptions += 1
+        }))
+
+    /** How many deltas a stream of `count` sends before it is cut, if it is. */
+    const cutOf = (call: Call, count: number): number | undefined => {
+      const cuts = streaming?.cuts ?? []
+      for (let i = 0; i < cuts.length; i++) {
+        const cut = cuts[i]!
+        if ((cut.step === undefined || cut.step === call.step) && cutsLeft[i]! > 0) {
+          cutsLeft[i] = cutsLeft[i]! - 1
+          return Math.min(count, Math.max(0, cut.after ?? Math.floor(count / 2)))
+        }
+      }
+      return undefined
+    }
+
+    const stream = (request: ModelClient.ModelRequest): Stream.Stream<ModelDelta.ModelDelta, ModelError> =>
+      Stream.unwrap(Effect.map(counted(start(request)), ({ call, reply: replied }) => {
+        const deltas = ModelDelta.chunked(replied, streaming?.chunkSize ?? 4)
+        const cut = cutOf(call, deltas.length)
+        const sent = cut === undefined ? deltas : deltas.slice(0, cut)
+        const before = streaming?.beforeDelta
+        let out: Stream.Stream<ModelDelta.ModelDelta, ModelError> = Stream.fromIterable(sent)
+        if (delay !== undefined || before !== undefined) {
+          out = Stream.mapEffect(Stream.zipWithIndex(out), ([delta, index]) => {
+            let wait: Effect.Effect<void> = Effect.void
+            if (delay !== undefined) wait = Effect.sleep(delay)
+            if (before !== undefined) wait = Effect.zipRight(wait, before(call, index, deltas.length))
+            return counted(Effect.as(wait, delta))
+          })
+        }
+        return cut === undefined
+          ? out
+          : Stream.concat(
+            out,
+            Stream.fail(new ModelError({ retryable: true, message: `scripted stream of step ${call.step} cut after ${cut} of ${deltas.length} deltas (call ${call.call})` }))
+          )
+      }))
+
+    const client = ModelClient.make(generate, streaming === undefined ? undefined : stream)
     return {
       client,
       layer: Layer.succeed(ModelClient.ModelClient, client),

@@ -40,6 +40,6 @@ export * as ModelClientContract from "./ModelClientContract.js"
 export * as RunLogStoreContract from "./RunLogStoreContract.js"
 
 /**
- * A scripted `ModelClient` for tests, examples and benchmarks: replies from a list (one per step) or from a function of the request and the step; records every request it saw; can fail a given number of times with a retryable or non-retryable `ModelError`; can be slow (on `Clock`, so `TestClock` drives it); can run a hook before replying (signal a `Deferred`, then block, to interrupt a run mid-call).
+ * A scripted `ModelClient` for tests, examples and benchmarks: replies from a list (one per step) or from a function of the request and the step; records every request it saw; can fail a given number of times with a retryable or non-retryable `ModelError`; can be slow (on `Clock`, so `TestClock` drives it); can run a hook before replying (signal a `Deferred`, then block, to interrupt a run mid-call); can stream its replies in chunks (design 0180), slowly, holding a delta back, or cut after some of them (a retryable `ModelError`, as a lost connection is).
  */
 export * as ScriptedModel from "./ScriptedModel.js"

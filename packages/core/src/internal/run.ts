@@ -46,6 +46,8 @@ export interface Run {
   readonly traced: boolean
   /** The sink drops everything (`EventSink.layerNoop`): events are not delivered at all. */
   readonly silent: boolean
+  /** Whether the model's replies are streamed and announced as `ModelDelta` events (design 0180). */
+  readonly streaming: boolean
   /** The run's `Clock` (read once per step boundary; `TestClock` included). */
   readonly clock: Clock.Clock
   state: State.State

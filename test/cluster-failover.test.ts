@@ -1,0 +1,165 @@
+/**
+ * Runs as `@effect/cluster` entities across processes (design 0200, issue 20): 3 runner
+ * processes on loopback share one PostgreSQL database; a client submits 300 runs. One runner is
+ * killed with SIGKILL mid-way, another later. Every run finishes exactly once, no step is
+ * recorded twice, no `"Never"` tool runs twice for one step, and the dead runners' runs are
+ * resumed and finished by the survivor, after a failover whose duration is printed. The survivor
+ * then shuts down gracefully on SIGTERM.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Cluster from "@polyloop/cluster/Cluster"
+import * as ClusterRunner from "@polyloop/cluster/ClusterRunner"
+import * as RunIndex from "@polyloop/cluster/RunIndex"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
+import { checkExactlyOnce } from "./support/cluster-checks.js"
+import { createExecutionsTable, timings } from "./support/cluster-fixture.js"
+import { freshDatabaseUrl } from "./support/pg-database.js"
+import { freePort } from "./support/pg-server.js"
+import { type RunnerProcess, spawnRunner } from "./support/runner-spawn.js"
+
+const RUNS = 300
+const RUNNERS = 3
+
+const poll = <A, E, R>(what: string, effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, timeout: Duration.DurationInput) =>
+  effect.pipe(
+    Effect.filterOrFail(done, () => "not yet" as const),
+    Effect.retry({ while: (e) => e === "not yet", schedule: Schedule.spaced(Duration.millis(20)) }),
+    Effect.timeoutFail({ duration: timeout, onTimeout: () => new Error(`timed out waiting for ${what}`) }),
+    Effect.orDie
+  )
+
+/**
+ * Waits until `victim` is in the middle of runs (index rows `Running` on it whose logs are not
+ * finished) and is between a side effect and its record (an execution with no `ActionResulted`),
+ * with at least `finished` runs done, then kills it with SIGKILL. Returns the kill time.
+ */
+const killMidway = (victim: RunnerProcess, finished: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* poll(
+      `${victim.id} to hold runs mid-way`,
+      sql<{ done: number | string; inflight: number | string; cut: number | string }>`SELECT
+        (SELECT count(*) FROM polyloop_cluster_runs WHERE status = 'Finished') AS done,
+        (SELECT count(*) FROM polyloop_cluster_runs c JOIN polyloop_runs r ON r.run_id = c.run_id
+          WHERE c.status = 'Running' AND c.runner = ${victim.address} AND r.status = 'Unfinished') AS inflight,
+        (SELECT count(*) FROM tool_executions e WHERE e.worker = ${victim.id} AND NOT EXISTS (
+          SELECT 1 FROM polyloop_records r WHERE r.run_id = e.run_id AND r.kind = 'ActionResulted' AND r.step = e.step)) AS cut`,
+      ([row]) => Number(row?.done) >= finished && Number(row?.inflight) >= 2 && Number(row?.cut) >= 1,
+      Duration.seconds(300)
+    )
+    victim.child.kill("SIGKILL")
+    const killedAt = yield* Clock.currentTimeMillis
+    const exit = yield* Effect.promise(() => victim.exited)
+    assert.strictEqual(exit.signal, "SIGKILL")
+    // The runs it held, and those of them whose log was started and not finished.
+    const held = (yield* RunIndex.list()).filter((e) =>
+      (e.status === "Running" || e.status === "Retrying") && Option.contains(e.runner, victim.address)
+    ).map((e) => e.runId)
+    const started = held.length === 0 ? [] : (yield* sql<{ run_id: string }>`SELECT run_id FROM polyloop_runs
+      WHERE status = 'Unfinished' AND ${sql.in("run_id", held)}`).map((r) => r.run_id)
+    return { victim, killedAt, held, started }
+  })
+
+describe.sequential("runs as cluster entities across runner processes", () => {
+  it.scopedLive(
+    `${RUNNERS} runner processes run ${RUNS} runs; two are killed with SIGKILL, one after the other, and their runs finish on the survivor`,
+    () =>
+      Effect.flatMap(freshDatabaseUrl("cluster_failover"), (url) =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          yield* SqlRunLogStore.migrate()
+          yield* sql.unsafe(createExecutionsTable)
+
+          const ports = yield* Effect.forEach(Array.from({ length: RUNNERS }), () => Effect.promise(() => freePort()))
+          const runners = yield* Effect.forEach(ports, (port, i) => spawnRunner(url, `runner-${i}`, port))
+          yield* Effect.promise(() => Promise.all(runners.map((r) => r.ready)))
+          // Before submitting, wait for the shards to settle on the three runners (each holds its
+          // shards' advisory locks): runners joining one after the other move shards, which
+          // interrupts and resumes runs, and this test wants only the kills to do that.
+          yield* poll(
+            "the shards to settle on every runner",
+            sql<{ locks: number | string; holders: number | string }>`SELECT count(*) AS locks, count(DISTINCT pid) AS holders
+              FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+            ([row]) => Number(row?.locks) === timings.shardsPerGroup && Number(row?.holders) === RUNNERS,
+            Duration.seconds(120)
+          )
+
+          const ids = Array.from({ length: RUNS }, (_, i) => `run-${String(i).padStart(3, "0")}`)
+          yield* Effect.forEach(ids, (id, n) => Cluster.submit(id, { n }), { concurrency: 8, discard: true })
+
+          const first = yield* killMidway(runners[0]!, RUNS / 5)
+          const second = yield* killMidway(runners[1]!, RUNS / 2)
+          const survivor = runners[2]!
+          const kills = [first, second]
+          for (const kill of kills) assert.isAbove(kill.held.length, 0, `${kill.victim.id} held no run when killed`)
+
+          yield* poll(
+            "every run to finish",
+            RunIndex.list({ status: "Finished" }),
+            (es) => es.length === RUNS,
+            Duration.seconds(400)
+          )
+          const index = yield* RunIndex.list()
+
+          // The survivor shuts down gracefully on SIGTERM, with nothing left in flight.
+          survivor.child.kill("SIGTERM")
+          const exit = yield* Effect.promise(() => survivor.exited)
+          assert.deepStrictEqual(exit, { code: 0, signal: null }, `the survivor did not exit cleanly: ${survivor.stderr()}`)
+
+          // Every run finished exactly once, no step twice, no Never call twice for one step.
+          const { cut, logs } = yield* checkExactlyOnce(ids, new Set(kills.map((k) => k.victim.id)))
+          assert.isAtLeast(cut, 1, "no kill cut a step between its side effect and its record")
+
+          // The dead runners' runs finished elsewhere; the started ones were resumed.
+          const byId = new Map(index.map((e) => [e.runId, e]))
+          const resumedAt = new Map<string, number>()
+          for (const [id, log] of logs) {
+            const resume = log.resumes[0]
+            if (resume !== undefined) resumedAt.set(id, resume.at)
+          }
+          const lines: Array<string> = []
+          for (const kill of kills) {
+            for (const id of kill.held) {
+              const entry = byId.get(id)!
+              assert.isFalse(Option.contains(entry.runner, kill.victim.address), `${id} was finished by the killed ${kill.victim.id}`)
+            }
+            for (const id of kill.started) assert.isTrue(resumedAt.has(id), `${id} was not resumed after ${kill.victim.id} died`)
+            assert.isAbove(kill.started.length, 0, `no run of ${kill.victim.id} had started`)
+            const delays = kill.started.map((id) => resumedAt.get(id)! - kill.killedAt).sort((a, b) => a - b)
+            lines.push(
+              `${kill.victim.id}: ${kill.held.length} run(s) held, ${kill.started.length} resumed elsewhere; ` +
+                `failover ${(delays[0]! / 1000).toFixed(1)} s to the first resume, ${(delays[delays.length - 1]! / 1000).toFixed(1)} s to the last`
+            )
+          }
+          // Nobody else was resumed: only the kills interrupted runs.
+          const orphans = new Set(kills.flatMap((k) => k.held))
+          for (const [id, at] of resumedAt) {
+            assert.isTrue(orphans.has(id), `${id} was resumed (${at - first.killedAt} ms after the first kill, runner ${byId.get(id)?.runner}) though its runner was not killed`)
+          }
+          const bound = ClusterRunner.failoverBound(timings.cluster, {
+            leaseDuration: timings.leaseDuration,
+            busyRetryInterval: timings.busyRetryInterval
+          })
+          console.log(
+            `cluster failover: ${lines.join("; ")}; ${cut} step(s) cut between side effect and record (resumed as NotExecuted); ` +
+              `configured bound ${Duration.format(bound)}`
+          )
+        }).pipe(
+          Effect.provide(
+            Cluster.layerClient({ timings: timings.cluster, shardsPerGroup: timings.shardsPerGroup }).pipe(
+              Layer.provideMerge(SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 6 }))
+            )
+          )
+        )
+      ),
+    600_000
+  )
+})
