@@ -1,13 +1,27 @@
+import { defaultServerConditions } from "vite"
 import { defineConfig } from "vitest/config"
 
+// The tests run on the packages' TypeScript source, not their built `dist/` (design 0210): the
+// `@polyloop/source` export condition, for the test files themselves and — through
+// NODE_OPTIONS with tsx's loader — for every Node process a test starts (the CLI's launcher,
+// crashing agents, killed writers, examples).
+const sourceCondition = "@polyloop/source"
+const tsxLoader = import.meta.resolve("tsx")
+const childNodeOptions = [process.env.NODE_OPTIONS, `--conditions=${sourceCondition}`, `--import=${tsxLoader}`]
+  .filter((option) => option !== undefined && option !== "")
+  .join(" ")
+
 export default defineConfig({
+  resolve: { conditions: [sourceCondition, ...defaultServerConditions] },
+  ssr: { resolve: { conditions: [sourceCondition, ...defaultServerConditions] } },
   test: {
     include: [
       "packages/*/test/**/*.test.ts",
       "examples/**/*.test.ts",
       "test/**/*.test.ts"
     ],
-    exclude: ["**/node_modules/**", "**/build/**"],
+    exclude: ["**/node_modules/**", "**/build/**", "**/dist/**"],
+    env: { NODE_OPTIONS: childNodeOptions },
     setupFiles: ["./vitest.setup.ts"],
     // A private PostgreSQL server for the PostgreSQL tests (installed and started if needed,
     // stopped after the run); tests find it in process.env.POLYLOOP_TEST_PG_URL.

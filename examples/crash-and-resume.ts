@@ -1,5 +1,5 @@
 /**
- * A crash-and-resume walk-through, for real: the GovDoc-like agent of `govdoc.ts` runs on a
+ * A crash-and-resume walk-through, for real: the GovDoc-like agent of `@polyloop/cli/GovDoc` (packages/cli/src/GovDoc.ts) runs on a
  * SQLite file in a child process; when the child is in the middle of step 5 — its
  * `append_to_file` tool has appended a line to CHANGELOG.md, and the log has not recorded the
  * step yet — this process kills it with SIGKILL. Then it reads what the log holds, resumes the
@@ -37,7 +37,7 @@ import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import * as GovDoc from "./govdoc.js"
+import * as GovDoc from "@polyloop/cli/GovDoc"
 
 const runId: RunId = makeRunId("crash-walkthrough")
 const killStep = 5

@@ -1,9 +1,9 @@
-// The example of the README: tools, an agent, a durable run. Run: npx tsx examples/readme-example.ts
+// The example of the README: tools, an agent, a durable run. Run: npx tsx examples/readme-example.ts (after npm run build)
 import { NodeRuntime } from "@effect/platform-node"
-import { Agent, AgentDefinition, EventSink, Ids, NativeToolCallParser, StopReason, Tool, ToolRegistry } from "@polyloop/core"
+import { Agent, AgentDefinition, Ids, NativeToolCallParser, StopReason, Tool, ToolRegistry } from "@polyloop/core"
 import { SqlRunLogStore } from "@polyloop/sql"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel" // the package root also holds the vitest suites
-import { Console, Effect, Layer, Schema } from "effect"
+import { Console, Effect, Schema } from "effect"
 
 // A tool: a parameter Schema (calls are validated against it; the model sees its JSON Schema) and a handler.
 const weather = Tool.make({
@@ -14,24 +14,17 @@ const weather = Tool.make({
   handler: ({ city }) => Effect.succeed(city === "Oslo" ? "4" : "18")
 })
 const tools = ToolRegistry.make(weather)
-
 const agent = AgentDefinition.make({ name: "weather-bot", systemPrompt: "Answer with the tools.", budget: { maxSteps: 5 } })
+// Every service of a run in one layer. A scripted model; OpenAiCompatible.layerConfig() from @polyloop/ai is a real one.
+const services = Agent.layer({
+  store: SqlRunLogStore.layerSqlite({ filename: "weather.db" }), // every step is durable here
+  model: ScriptedModel.layer([ScriptedModel.toolCall("weather", { city: "Oslo" }), "It is 4 °C in Oslo."]),
+  parser: NativeToolCallParser.layer(), // the model calls tools natively; a text reply is the answer
+  tools // the executor derived from the registry runs the handlers
+})
 
-// A scripted model; OpenAiCompatible.layerConfig() from @polyloop/ai talks to a real one.
-const model = ScriptedModel.layer([ScriptedModel.toolCall("weather", { city: "Oslo" }), "It is 4 °C in Oslo."])
-
-const services = Layer.mergeAll(
-  model,
-  NativeToolCallParser.layer(), // the model calls tools natively; a text reply is the answer
-  ToolRegistry.layerExecutor(tools),
-  SqlRunLogStore.layerSqlite({ filename: "weather.db" }), // every step is durable here
-  EventSink.layerNoop
-)
-
-// Idempotent by run id: run it again and it returns the recorded result without calling anything.
 const program = Agent.run({ runId: Ids.runId("weather-1"), agent, task: "How warm is it in Oslo?", tools }).pipe(
   Effect.flatMap((result) => Console.log(`${StopReason.format(result.stopReason)} after ${result.steps} steps`)),
   Effect.provide(services)
 )
-
-NodeRuntime.runMain(program)
+NodeRuntime.runMain(program) // idempotent by run id: run again, it returns the recorded result, calls nothing

@@ -1,5 +1,5 @@
 /**
- * A tool-calling agent (GovDoc-like, see `govdoc.ts`): it edits two documents in a temporary
+ * A tool-calling agent (GovDoc-like, see `@polyloop/cli/GovDoc` (packages/cli/src/GovDoc.ts)): it edits two documents in a temporary
  * workspace by writing JSON actions, read by `JsonActionParser` and run by the registry's
  * derived executor; the run log is a SQLite file (`@polyloop/sql`) and the model is scripted.
  *
@@ -24,7 +24,7 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as path from "node:path"
-import * as GovDoc from "./govdoc.js"
+import * as GovDoc from "@polyloop/cli/GovDoc"
 import { print } from "./steps.js"
 
 const main = Effect.gen(function*() {

@@ -101,6 +101,8 @@ describe("examples", () => {
     const body = code.slice(code.indexOf("\n") + 1).trim()
     const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
     assert.include(readme, body, "README.md shows the code of examples/readme-example.ts")
+    assert.isBelow(body.split("\n").length, 30, "the README's example stays under 30 lines")
+    assert.include(body, "Agent.layer({", "the README's example wires its services in one layer")
   })
 
   it("approval.ts: the refund suspends, polyloop approve decides in another process, the next run resumes and refunds once; a rejection is told to the model", async () => {

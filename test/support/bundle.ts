@@ -39,6 +39,8 @@ export const bundle = (entry: string): Promise<string> => {
       sourcemap: "linked",
       logLevel: "error",
       external: ["better-sqlite3", "pg", "pg-native"],
+      // The workspace's packages from their TypeScript source, not their built dist/ (design 0210).
+      conditions: ["@polyloop/source"],
       // Bundled CommonJS modules call `require`; give the ES module one.
       banner: { js: "import { createRequire as __polyloopCreateRequire } from 'node:module'; const require = __polyloopCreateRequire(import.meta.url);" }
     })

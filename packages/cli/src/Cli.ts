@@ -92,7 +92,7 @@ export const demo = Command.make(
     })
 ).pipe(
   Command.withDescription(
-    "Run the example GovDoc-like agent (examples/govdoc.ts) on the run store with a scripted model, printing each step; " +
+    "Run the example GovDoc-like agent (@polyloop/cli/GovDoc) on the run store with a scripted model, printing each step; " +
       "--crash-at N kills it mid-step, --run <id> resumes it."
   )
 )

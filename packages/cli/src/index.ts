@@ -20,7 +20,7 @@ export * as Cli from "./Cli.js"
 export * as CliError from "./CliError.js"
 
 /**
- * `polyloop demo`: runs the GovDoc-like tool-calling agent of `examples/govdoc.ts` on the run store (the SQLite file `./polyloop.db` by default) with a scripted model, printing each step as it happens from the loop's events, then a summary.
+ * `polyloop demo`: runs the GovDoc-like tool-calling agent of `GovDoc.ts` on the run store (the SQLite file `./polyloop.db` by default) with a scripted model, printing each step as it happens from the loop's events, then a summary.
  */
 export * as Demo from "./Demo.js"
 
@@ -28,6 +28,11 @@ export * as Demo from "./Demo.js"
  * Text helpers of the `polyloop` command: one-line previews, times, durations, token counts, actions, statuses and aligned tables (widths computed on the visible text, so coloured cells line up).
  */
 export * as Format from "./Format.js"
+
+/**
+ * A GovDoc-like agent: it edits documents in a workspace directory by calling tools written as JSON in its replies (read through `JsonActionParser`). `tool-agent.ts` runs it, the `polyloop demo` command runs it, and `crash-and-resume.ts` kills it mid-step.
+ */
+export * as GovDoc from "./GovDoc.js"
 
 /**
  * `polyloop serve`: a run viewer in the browser. An HTTP server (`@effect/platform`'s `HttpRouter` on `NodeHttpServer`) over a run store, serving a page (the runs list with filters and pages; one run's transcript, updated live while the run is written by any process) and the JSON API the page uses:

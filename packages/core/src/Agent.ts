@@ -8,9 +8,9 @@
  * `StepCompleted` (atomic) → events. History is rendered by appending to one message array, so
  * a step costs the same at step 10 and at step 10,000.
  *
- * The `messages` of a `ModelRequest` is that growing array: the loop only ever appends to it,
- * after the call returned. A `ModelClient` that keeps a request beyond the call must copy the
- * messages (or remember their count).
+ * A `ModelRequest` is a value: its `messages` are a read-only view of that array's first n
+ * messages, made in O(1) (`internal/prefixView.ts`, design 0211), so a client that keeps a
+ * request sees it unchanged forever and the step cost stays flat.
  *
  * Why over ~400 lines: the loop is read top to bottom as one state machine (start or resume,
  * step, judgment, finish), and issues 14–16 and 18 are changing it at the same time; it is to be
@@ -38,12 +38,14 @@ import { RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Gate from "./internal/gate.js"
 import * as History from "./internal/history.js"
+import * as PrefixView from "./internal/prefixView.js"
 import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
 import * as State from "./internal/state.js"
 import * as Step from "./internal/step.js"
 import * as Streaming from "./internal/streaming.js"
 import * as Tracing from "./internal/tracing.js"
 import * as Truncation from "./internal/truncation.js"
+import * as Wiring from "./internal/wiring.js"
 import { ModelClient, type ModelRequest } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
 import type { LoopEvent } from "./LoopEvent.js"
@@ -165,9 +167,11 @@ const logModelFailure = (step: number, error: ModelError) =>
 
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number) => {
+  // A value (design 0211): a read-only view of the history's first n messages, made in O(1).
+  const messages = PrefixView.prefix(run.state.messages)
   const request: ModelRequest = run.parallel
-    ? { messages: run.state.messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
-    : { messages: run.state.messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
+    ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
+    : { messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
   const call = run.streaming ? Streaming.modelCall(run, step, request) : run.model.generate(request)
   // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
   // retryable failure, replaying that failure as its first attempt, so the model is called
@@ -477,3 +481,13 @@ export const stream = (request: RunRequest): Stream.Stream<StreamItem, RunError,
  * `Agent.run` resumes the run. See `Approval.decide`.
  */
 export const decide = Approval.decide
+
+/** The options of `layer`: a store, a model and a parser; `tools` (or an `executor`); `events`. */
+export type LayerOptions = Wiring.Options
+
+/**
+ * Every service `run` needs in one layer: `Agent.layer({ store, model, parser, tools })`. The event
+ * sink defaults to `EventSink.layerNoop`, the executor to `tools`' derived executor (pass the same
+ * registry to `run`). Its error type is its parts' (a registry of `Tool.Handled` tools adds none).
+ */
+export const layer: <const O extends LayerOptions>(options: O) => Wiring.AgentLayer<O> = Wiring.layer

@@ -33,7 +33,10 @@ export const ToolDefinition = Schema.Struct({
 /** @since 0.1.0 */
 export interface ToolDefinition extends Schema.Schema.Type<typeof ToolDefinition> {}
 
-/** What the loop sends to the model each step. */
+/**
+ * What the loop sends to the model each step. A value: the loop never changes a request after
+ * handing it to a client (its `messages` are a read-only array: copy them to change them).
+ */
 export const ModelRequest = Schema.Struct({
   messages: Schema.Array(Message),
   tools: Schema.Array(ToolDefinition),

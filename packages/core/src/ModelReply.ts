@@ -88,7 +88,11 @@ const finishReasons: Readonly<Record<string, FinishReason>> = {
 }
 
 /** The normalised word for a provider's finish reason (case-insensitive; unknown words are `other`). */
-export const normaliseFinishReason = (raw: string): FinishReason => finishReasons[raw.toLowerCase()] ?? "other"
+export const normaliseFinishReason = (raw: string): FinishReason => {
+  // An own key only: a provider's word such as "constructor" is not the table's prototype.
+  const key = raw.toLowerCase()
+  return Object.hasOwn(finishReasons, key) ? finishReasons[key]! : "other"
+}
 
 /** A native tool call as the model returned it: the arguments are raw text, not yet parsed. */
 export const ModelToolCall = Schema.Struct({

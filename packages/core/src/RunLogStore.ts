@@ -462,7 +462,18 @@ export const makeMemoryBackend = (): Backend => {
 /** A fresh in-memory store. */
 export const makeMemory: Effect.Effect<RunLogStore.Service> = Effect.sync(() => make(makeMemoryBackend()))
 
-/** The in-memory store as a layer (a fresh store each time the layer is built). */
+/**
+ * One in-memory store, made now, as a layer: every `Effect.provide` of the returned layer sees the
+ * same runs, so a run started under one provide resumes under the next. The store for tests and
+ * examples (design 0211).
+ */
+export const inMemory = (): Layer.Layer<RunLogStore> => Layer.succeed(RunLogStore, make(makeMemoryBackend()))
+
+/**
+ * A NEW, EMPTY in-memory store each time the layer is built — each `Effect.provide` of it, each
+ * `it.layer` — so a resume under a second provide starts a new run. Use `inMemory()` to keep the
+ * runs across provides; this one is for isolating tests from each other.
+ */
 export const layerMemory: Layer.Layer<RunLogStore> = Layer.effect(RunLogStore, makeMemory)
 
 /** A layer over a backend built by an effect. */

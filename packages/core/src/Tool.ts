@@ -80,11 +80,8 @@ export interface Any {
 /** The context a tool's handler needs. */
 export type Context<T> = T extends Tool<infer _A, infer _E, infer R> ? R : never
 
-/**
- * Makes a tool. `replayPolicy` defaults to `"Never"`, `completesRun` to false. `jsonSchema` is
- * for a schema that comes from outside (see `Tool.jsonSchema`): the model sees it as given.
- */
-export const make = <A, I, E = never, R = never>(options: {
+/** The options of `make`. */
+export interface MakeOptions<A, I, E, R> {
   readonly name: string
   readonly description: string
   readonly parameters: Schema.Schema<A, I, never>
@@ -95,17 +92,36 @@ export const make = <A, I, E = never, R = never>(options: {
   readonly timeout?: Duration.DurationInput
   /** `"Required"`, or `approvalWhen(description, predicate)`; default none. */
   readonly approval?: Approval<A>
-}): Tool<A, E, R> => ({
-  name: options.name,
-  description: options.description,
-  parameters: options.parameters as unknown as Schema.Schema<A, unknown>,
-  ...(options.jsonSchema === undefined ? {} : { jsonSchema: options.jsonSchema }),
-  handler: options.handler,
-  replayPolicy: options.replayPolicy ?? "Never",
-  completesRun: options.completesRun ?? false,
-  timeout: options.timeout === undefined ? undefined : Duration.decode(options.timeout),
-  ...(options.approval === undefined ? {} : { approval: options.approval })
-})
+}
+
+/**
+ * A tool made with its handler. A registry of such tools only (`ToolRegistry.make`) knows it has
+ * every handler: its derived executor cannot fail with `MissingToolHandler`, and its type says so.
+ */
+export interface Handled<A = unknown, E = unknown, R = never> extends Tool<A, E, R> {
+  readonly handler: Handler<A, E, R>
+}
+
+/**
+ * Makes a tool. `replayPolicy` defaults to `"Never"`, `completesRun` to false. `jsonSchema` is
+ * for a schema that comes from outside (see `Tool.jsonSchema`): the model sees it as given.
+ * With a handler, the tool is `Handled`.
+ */
+export function make<A, I, E = never, R = never>(options: MakeOptions<A, I, E, R> & { readonly handler: Handler<A, E, R> }): Handled<A, E, R>
+export function make<A, I, E = never, R = never>(options: MakeOptions<A, I, E, R>): Tool<A, E, R>
+export function make<A, I, E = never, R = never>(options: MakeOptions<A, I, E, R>): Tool<A, E, R> {
+  return {
+    name: options.name,
+    description: options.description,
+    parameters: options.parameters as unknown as Schema.Schema<A, unknown>,
+    ...(options.jsonSchema === undefined ? {} : { jsonSchema: options.jsonSchema }),
+    handler: options.handler,
+    replayPolicy: options.replayPolicy ?? "Never",
+    completesRun: options.completesRun ?? false,
+    timeout: options.timeout === undefined ? undefined : Duration.decode(options.timeout),
+    ...(options.approval === undefined ? {} : { approval: options.approval })
+  }
+}
 
 /** How the snapshot records a tool's approval rule: `"Required"`, `"When: <description>"`, or none. */
 export const approvalDescription = (tool: Any): string | undefined =>
@@ -118,7 +134,8 @@ export const needsApproval = (tool: Any, args: unknown): boolean =>
     : tool.approval === "Required" || (tool.approval.required as (args: unknown) => boolean)(args)
 
 /** The same tool with another handler (or none). */
-export const withHandler = <A, E, R, E2, R2>(tool: Tool<A, E, R>, handler: Handler<A, E2, R2> | undefined): Tool<A, E2, R2> => ({
-  ...tool,
-  handler
-})
+export function withHandler<A, E, R, E2, R2>(tool: Tool<A, E, R>, handler: Handler<A, E2, R2>): Handled<A, E2, R2>
+export function withHandler<A, E, R, E2, R2>(tool: Tool<A, E, R>, handler: Handler<A, E2, R2> | undefined): Tool<A, E2, R2>
+export function withHandler<A, E, R, E2, R2>(tool: Tool<A, E, R>, handler: Handler<A, E2, R2> | undefined): Tool<A, E2, R2> {
+  return { ...tool, handler }
+}

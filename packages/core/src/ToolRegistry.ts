@@ -32,8 +32,11 @@ export interface ValidatedCall {
   readonly args: unknown
 }
 
-/** A registry of tools; `R` is what their handlers need. */
-export interface ToolRegistry<R = never> {
+/**
+ * A registry of tools; `R` is what their handlers need, `E` how deriving its executor can fail:
+ * `MissingToolHandler`, or `never` for a registry made of `Tool.Handled` tools only.
+ */
+export interface ToolRegistry<R = never, E = MissingToolHandler> {
   /** The tools, in registration order. */
   readonly tools: ReadonlyArray<Tool.Any>
   /** The names, in registration order. */
@@ -47,13 +50,17 @@ export interface ToolRegistry<R = never> {
   /** Pure: the tool exists and the arguments decode. */
   readonly validate: (call: ToolCall) => Either.Either<ValidatedCall, UnknownTool | InvalidArguments>
   /** A registry with only the named tools (handlers carried along); an unknown name is an error. */
-  readonly restrictTo: (names: ReadonlyArray<string>) => Either.Either<ToolRegistry<R>, UnknownTool>
+  readonly restrictTo: (names: ReadonlyArray<string>) => Either.Either<ToolRegistry<R, E>, UnknownTool>
   /**
    * The derived executor. Fails with `MissingToolHandler`, naming every tool without a handler,
    * at the moment it is called.
    */
-  readonly executor: () => Effect.Effect<DerivedExecutor, MissingToolHandler, Exclude<R, ToolContext.ToolContext>>
+  readonly executor: () => Effect.Effect<DerivedExecutor, E, Exclude<R, ToolContext.ToolContext>>
 }
+
+/** How deriving the executor of a registry of these tools can fail: never when all are `Tool.Handled`. */
+export type MissingOf<Tools extends ReadonlyArray<Tool.Any>> = Tools[number] extends { readonly handler: (args: never) => unknown } ? never
+  : MissingToolHandler
 
 /** The context the handlers of a list of tools need. */
 export type ContextOf<Tools extends ReadonlyArray<Tool.Any>> = {
@@ -331,7 +338,7 @@ export class DuplicateToolName extends Schema.TaggedError<DuplicateToolName>()("
 /** Makes a registry, failing with `DuplicateToolName` if two tools share a name. */
 export const makeEither = <const Tools extends ReadonlyArray<Tool.Any>>(
   ...tools: Tools
-): Either.Either<ToolRegistry<ContextOf<Tools>>, DuplicateToolName> => {
+): Either.Either<ToolRegistry<ContextOf<Tools>, MissingOf<Tools>>, DuplicateToolName> => {
   const seen = new Set<string>()
   const duplicates = new Set<string>()
   for (const tool of tools) {
@@ -339,18 +346,22 @@ export const makeEither = <const Tools extends ReadonlyArray<Tool.Any>>(
     seen.add(tool.name)
   }
   if (duplicates.size > 0) return Either.left(new DuplicateToolName({ names: [...duplicates] }))
-  return Either.right(makeRegistry<ContextOf<Tools>>(tools))
+  // The type's claim about handlers is checked by `executor` at run time all the same.
+  return Either.right(makeRegistry<ContextOf<Tools>>(tools) as ToolRegistry<ContextOf<Tools>, MissingOf<Tools>>)
 }
 
 /** Makes a registry. Two tools sharing a name is a programming error: it throws `DuplicateToolName`. */
-export const make = <const Tools extends ReadonlyArray<Tool.Any>>(...tools: Tools): ToolRegistry<ContextOf<Tools>> =>
+export const make = <const Tools extends ReadonlyArray<Tool.Any>>(...tools: Tools): ToolRegistry<ContextOf<Tools>, MissingOf<Tools>> =>
   Either.getOrThrowWith(makeEither(...tools), (error) => error)
 
 /** The empty registry. */
-export const empty: ToolRegistry<never> = makeRegistry<never>([])
+export const empty: ToolRegistry<never, never> = makeRegistry<never>([]) as ToolRegistry<never, never>
 
-/** The derived executor as an `ActionExecutor` layer. */
-export const layerExecutor = <R>(
-  registry: ToolRegistry<R>
-): Layer.Layer<ActionExecutor, MissingToolHandler, Exclude<R, ToolContext.ToolContext>> =>
+/**
+ * The derived executor as an `ActionExecutor` layer. For a registry of `Tool.Handled` tools (every
+ * tool made with its handler) the layer cannot fail; otherwise it fails with `MissingToolHandler`.
+ */
+export const layerExecutor = <R, E>(
+  registry: ToolRegistry<R, E>
+): Layer.Layer<ActionExecutor, E, Exclude<R, ToolContext.ToolContext>> =>
   Layer.effect(ActionExecutor, registry.executor())

@@ -88,7 +88,7 @@ describe("Agent.run", () => {
       assert.strictEqual(step?.attributes.get("polyloop.run_id"), "spans-1")
     }))
 
-  it.effect("renders history linearly: one message array, appended to, never rebuilt during a run", () =>
+  it.effect("renders history linearly: one message history, appended to, never rebuilt during a run; each request sees its prefix", () =>
     Effect.gen(function*() {
       const steps = 3000
       const seen: Array<{ readonly messages: ReadonlyArray<Message.Message>; readonly length: number }> = []
@@ -103,16 +103,20 @@ describe("Agent.run", () => {
       )
       assert.strictEqual(result.steps, steps)
       assert.strictEqual(seen.length, steps)
-      const first = seen[0]!.messages
+      // Each request is a view of the history's prefix at its call (design 0211): the same
+      // message objects as the last request's, never re-rendered, and never grown afterwards.
+      const first = seen[steps - 1]!.messages
       for (let k = 0; k < steps; k++) {
         const call = seen[k]!
-        assert.strictEqual(call.messages, first, `step ${k} got another array`)
         assert.strictEqual(call.length, 2 + 2 * k)
+        assert.strictEqual(call.messages.length, call.length, `step ${k}'s request changed after its call`)
+        assert.strictEqual(call.messages[call.length - 1], first[call.length - 1], `step ${k} got another message object`)
       }
-      // The history is exactly what rendering the log would give: the last two messages.
+      // The history is exactly what rendering the log would give: the last request's last two messages.
+      const last = steps - 1
       assert.deepStrictEqual(first.slice(first.length - 2), [
-        { _tag: "Assistant", text: "", toolCalls: [{ id: `c${steps}`, name: "lookup", argumentsText: `{"word":"w${steps}"}` }] },
-        { _tag: "Tool", callId: `c${steps}`, name: "lookup", text: `w${steps}: a word` }
+        { _tag: "Assistant", text: "", toolCalls: [{ id: `c${last}`, name: "lookup", argumentsText: `{"word":"w${last}"}` }] },
+        { _tag: "Tool", callId: `c${last}`, name: "lookup", text: `w${last}: a word` }
       ])
     }))
 

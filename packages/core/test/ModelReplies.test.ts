@@ -209,7 +209,11 @@ describe("finish reasons", () => {
       ["content_filter", "content-filter"],
       ["SAFETY", "content-filter"],
       ["pause_turn", "other"],
-      ["unknown", "other"]
+      ["unknown", "other"],
+      // Words that name a property of every object are words like any other.
+      ["constructor", "other"],
+      ["__proto__", "other"],
+      ["toString", "other"]
     ]
     for (const [raw, normalised] of cases) {
       assert.strictEqual(ModelReply.normaliseFinishReason(raw), normalised, raw)

@@ -47,10 +47,11 @@ describe("Tool.make", () => {
           args.path === "" ? Effect.fail(new Oops({ message: "empty path" })) : Effect.succeed(files.read(args.path))
         )
     })
-    const errorType: Equals<typeof read, Tool.Tool<{ readonly path: string }, Oops, Files>> = true
+    const errorType: Equals<typeof read, Tool.Handled<{ readonly path: string }, Oops, Files>> = true
     const contextType: Equals<Tool.Context<typeof read>, Files> = true
     const registry = ToolRegistry.make(read)
-    const registryNeeds: Equals<typeof registry, ToolRegistry.ToolRegistry<Files>> = true
+    // Every tool has its handler: deriving the executor cannot fail (no MissingToolHandler in the type).
+    const registryNeeds: Equals<typeof registry, ToolRegistry.ToolRegistry<Files, never>> = true
     assert.isTrue(errorType && contextType && registryNeeds)
   })
 

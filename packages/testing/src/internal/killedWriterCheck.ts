@@ -53,7 +53,8 @@ export interface Kill {
   readonly delay: number
 }
 
-const script = fileURLToPath(new URL("./killedWriter.ts", import.meta.url))
+/** The child's script, next to this module: `.ts` in the source, `.js` in the published `dist/`. */
+const script = fileURLToPath(new URL(`./killedWriter${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url))
 /** The kit's own directory: the child runs there, so `--import tsx` resolves as the kit does. */
 const kitDirectory = Path.resolve(Path.dirname(script), "..", "..")
 /** How long a child may stay silent before the case fails. */
