@@ -4,7 +4,7 @@
  * (default 300) of `--steps` steps (default 5) each, the benchmarks' no-op tool and precomputed
  * replies (so what is measured is polyloop and its storage, not a model).
  *
- *   npx tsx bench/cluster.ts [--runs 300] [--steps 5] [--pg <url>]
+ *   npm run bench:cluster -- [--runs 300] [--steps 5] [--pg <url>]
  *
  * The cluster figures run on PostgreSQL: `--pg` names a server (a database is created and
  * dropped per figure), else a private one is started as the tests do (`test/support/pg-server.ts`).
@@ -85,7 +85,7 @@ const freePort = async (): Promise<number> => {
 }
 
 const spawnRunner = (url: string, id: string, port: number): { child: ChildProcess; ready: Promise<void>; exited: Promise<void> } => {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(benchDir, "lib", "cluster-runner.ts"), url, id, String(port), String(STEPS)], {
+  const child = spawn(process.execPath, ["--conditions=@polyloop/source", "--import", "tsx", path.join(benchDir, "lib", "cluster-runner.ts"), url, id, String(port), String(STEPS)], {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "inherit"]
   })
@@ -188,7 +188,7 @@ const main = async () => {
     fs.writeFileSync(
       path.join(benchDir, "CLUSTER.md"),
       `# Runs per second through the cluster (design 0200)\n\n` +
-        `\`npx tsx bench/cluster.ts\` — ${RUNS} runs of ${STEPS} steps each (the no-op tool, precomputed replies), ` +
+        `\`npm run bench:cluster\` — ${RUNS} runs of ${STEPS} steps each (the no-op tool, precomputed replies), ` +
         `${result.date}, ${machine}. A cluster figure is timed from the first \`submit\` to the last \`Finished\` row ` +
         `(runners already up, shards settled); runners, client and PostgreSQL share this machine.\n\n${table}\n`
     )

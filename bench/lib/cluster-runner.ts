@@ -1,7 +1,7 @@
 /**
  * A runner process of `bench/cluster.ts`: `ClusterRunner` on loopback over a PostgreSQL
  * database, running the benchmarks' workload (the no-op tool, precomputed replies, `STEPS`
- * steps per run). Usage: `node --import tsx bench/lib/cluster-runner.ts <url> <id> <port> <steps>`;
+ * steps per run). Usage: `node --conditions=@polyloop/source --import tsx bench/lib/cluster-runner.ts <url> <id> <port> <steps>`;
  * prints `ready <id>`, serves until SIGTERM.
  */
 import { NodeRuntime } from "@effect/platform-node"
