@@ -251,9 +251,47 @@ retryableWhenRefused("OpenAiCompatible", compatible("refused"))
 const responses = (transportFailure: TransportFailure) =>
   facing(
     (baseUrl) => OpenAiResponses.layer({ model: "fake-model", baseUrl }),
-    (reply) => FakeServer.respond((request) => FakeServer.json(responsesAnswer(reply, request))),
+    (reply) =>
+      FakeServer.respond((request) =>
+        isRecord(request.body) && request.body.stream === true
+          ? FakeServer.events(responsesEvents(responsesAnswer(reply, request)))
+          : FakeServer.json(responsesAnswer(reply, request))
+      ),
     transportFailure
   )
+
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * A Responses answer as the API streams it (design 0180): each output item added, its text (a
+ * message) or its arguments (a function call) as one delta, the item done, then
+ * `response.completed` with the whole response.
+ */
+const responsesEvents = (answer: unknown): ReadonlyArray<string> => {
+  const response = isRecord(answer) ? answer : {}
+  const output = Array.isArray(response.output) ? response.output : []
+  const events: Array<string> = []
+  const event = (type: string, data: Record<string, unknown>) =>
+    `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: events.length, ...data })}\n\n`
+  events.push(event("response.created", { response: { ...response, status: "in_progress", output: [] } }))
+  output.forEach((item: unknown, index: number) => {
+    if (!isRecord(item)) return
+    if (item.type === "message") {
+      events.push(event("response.output_item.added", { output_index: index, item: { ...item, status: "in_progress", content: [] } }))
+      const content = Array.isArray(item.content) ? item.content : []
+      content.forEach((part: unknown, contentIndex: number) => {
+        const text = isRecord(part) && typeof part.text === "string" ? part.text : ""
+        events.push(event("response.output_text.delta", { item_id: item.id, output_index: index, content_index: contentIndex, delta: text }))
+      })
+    } else {
+      events.push(event("response.output_item.added", { output_index: index, item: { ...item, status: "in_progress", arguments: "" } }))
+      events.push(event("response.function_call_arguments.delta", { item_id: item.id, output_index: index, delta: item.arguments }))
+    }
+    events.push(event("response.output_item.done", { output_index: index, item }))
+  })
+  events.push(event("response.completed", { response: { ...response, output: [] } }))
+  return events
+}
 
 /** The Responses API has no `seed` and no `stop`: a request setting either is refused, never sent without it. */
 const refuses = (request: ModelRequest): boolean =>

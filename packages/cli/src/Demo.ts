@@ -10,6 +10,9 @@
  * - `--model <name>` or `POLYLOOP_API_KEY` switches to a real model through `@polyloop/ai`'s
  *   `OpenAiCompatible` client (`POLYLOOP_BASE_URL` for a server other than OpenAI's).
  * - `--json` prints the loop's events as JSON lines and the result as a last line.
+ * - The model's replies stream (design 0180): each reply is printed as it arrives (the scripted
+ *   model streams its replies in small pieces, a real model through `OpenAiCompatible.stream`),
+ *   then the step's decision. `--json` does not stream: its lines are the durable events.
  *
  * Each demo run edits its own workspace directory under the system's temporary directory, named
  * after the store and the run id, so that a resumed run finds the files it was editing.
@@ -259,18 +262,44 @@ export const run = (options: Options) =>
     const used = { steps: summary?.steps ?? 0, effectiveSteps: summary?.effectiveSteps ?? 0, tokens: summary?.tokens ?? 0 }
     /** Reply texts by step: the logged ones (an interrupted step is settled from its logged reply), then the live ones. */
     const replies = new Map<number, string>(log.replies.map((replied) => [replied.step, replied.reply.text]))
+    /** The reply being printed as it streams, and the steps whose reply was printed so. */
+    let streamingNow: { readonly step: number; readonly attempt: number } | undefined
+    const streamed = new Set<number>()
+    const write = (text: string) => Effect.sync(() => void process.stdout.write(text))
+    const showDelta = (event: Extract<LoopEvent, { _tag: "ModelDelta" }>): Effect.Effect<void> => {
+      const delta = event.delta
+      const piece = delta._tag === "TextDelta" || delta._tag === "RefusalDelta"
+        ? delta.text
+        : delta._tag === "ToolCallDelta"
+        ? `${delta.name === undefined ? "" : `${delta.index > 0 ? " " : ""}${delta.name} `}${delta.arguments ?? ""}`
+        : ""
+      if (piece === "") return Effect.void
+      const fresh = streamingNow === undefined || streamingNow.step !== event.step || streamingNow.attempt !== event.attempt
+      const lead = fresh
+        ? `${streamingNow === undefined ? "" : "\n"}${style.dim(event.attempt > 0 ? `      ↻ ▸ ` : `      ▸ `)}`
+        : ""
+      streamingNow = { step: event.step, attempt: event.attempt }
+      streamed.add(event.step)
+      return write(lead + style.dim(piece.replace(/\s*\n\s*/g, " ")))
+    }
     const show = (event: LoopEvent): Effect.Effect<void> => {
       switch (event._tag) {
+        case "ModelDelta":
+          return showDelta(event)
         case "RunStarted":
           return out(`${style.green("▶")} started run ${style.bold(runId)} (agent ${agent.name}, snapshot sha256 ${event.snapshotHash.slice(0, 12)}…)`)
         case "RunResumed":
           return out(`${style.magenta("↻")} resumed run ${style.bold(runId)} at step ${event.fromStep}`)
-        case "ModelReplied":
+        case "ModelReplied": {
           used.tokens += totalTokens(event.reply.usage)
           replies.set(event.step, event.reply.text)
-          return Effect.void
+          const ending = streamingNow === undefined ? Effect.void : write("\n")
+          streamingNow = undefined
+          return ending
+        }
         case "DecisionParsed": {
-          const said = prose(replies.get(event.step) ?? "")
+          // A streamed reply was just printed whole; its prose is not repeated.
+          const said = streamed.has(event.step) ? "" : prose(replies.get(event.step) ?? "")
           return out(`${style.bold(`step ${event.step}`)}  ${Format.decision(event.decision)}${said === "" ? "" : `\n        ${style.dim(`“${said}”`)}`}`)
         }
         case "ActionExecuted": {
@@ -312,7 +341,11 @@ export const run = (options: Options) =>
       })
 
     const model: Layer.Layer<ModelClient.ModelClient> = Option.match(real, {
-      onNone: () => ScriptedModel.layer(GovDoc.script, options.style.enabled ? { latency: "250 millis" } : {}),
+      onNone: () =>
+        ScriptedModel.layer(
+          GovDoc.script,
+          options.style.enabled ? { latency: "150 millis", streaming: { chunkSize: 5, delay: "12 millis" } } : { streaming: { chunkSize: 5 } }
+        ),
       onSome: realModelLayer
     })
     const parser = Option.isSome(real) ? NativeToolCallParser.layer() : JsonActionParser.layer()
@@ -320,7 +353,7 @@ export const run = (options: Options) =>
 
     // A run killed by --crash-at is resumed at once: the SQL store takes over the claim of a
     // process of this machine that no longer runs (`reclaimDeadLocalOwners`).
-    const result = yield* Agent.run({ runId, agent, task: GovDoc.task, tools }).pipe(Effect.provide(services))
+    const result = yield* Agent.run({ runId, agent, task: GovDoc.task, tools, streaming: !options.json }).pipe(Effect.provide(services))
 
     if (options.json) {
       yield* Console.log(JSON.stringify({ _tag: "RunResult", ...Schema.encodeSync(Agent.RunResult)(result) }))

@@ -7,7 +7,9 @@
  * flight. The caller maps each generated `Condition` onto its transport (e.g. a fake HTTP
  * server on loopback answering with that status) and returns a client facing it. A client
  * whose provider cannot express some requests (a setting its API lacks) declares them with
- * `refuses`: it must refuse those with a non-retryable `ModelError`.
+ * `refuses`: it must refuse those with a non-retryable `ModelError`. A client that streams
+ * (design 0180) must stream what it generates: facing the same provider, its deltas fold into
+ * exactly `generate`'s reply, and it fails where `generate` fails, as retryably.
  *
  * @since 0.1.0
  */
@@ -24,9 +26,11 @@ import * as Option from "effect/Option"
 import * as Predicate from "effect/Predicate"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import * as TestServices from "effect/TestServices"
 import type { ModelError } from "@polyloop/core/Errors"
 import { ModelClient, ModelRequest, ToolDefinition } from "@polyloop/core/ModelClient"
+import * as ModelDelta from "@polyloop/core/ModelDelta"
 import { ModelReply } from "@polyloop/core/ModelReply"
 import { jsonSafe, jsonValue, modelReply } from "./internal/arbitraries.js"
 import { diff, show } from "./internal/equal.js"
@@ -94,7 +98,7 @@ export interface Options {
 }
 
 /** The identifiers of the model client properties. */
-export type PropertyId = "replies" | "retryable" | "notRetryable" | "interruption"
+export type PropertyId = "replies" | "retryable" | "notRetryable" | "streams" | "interruption"
 
 const Json = Schema.Unknown.annotations({ arbitrary: () => () => jsonValue })
 
@@ -104,6 +108,16 @@ const requests: FastCheck.Arbitrary<ModelRequest> = Arbitrary.make(
 ).filter(jsonSafe)
 
 const isModelReply = Schema.is(ModelReply)
+
+/**
+ * The replies a stream can carry: those its deltas give back whole (`ModelDelta.fromReply`
+ * folds into the reply itself) — every reply a client makes (a finish reason normalised with
+ * the raw word kept only when it differs, the text being the refusal when there is no other, a
+ * call id on every call), not an arbitrary combination of the schema's optional fields.
+ */
+const streamable = modelReply
+  .map((reply) => Object.fromEntries(Object.entries(reply).filter(([, value]) => value !== undefined)) as ModelReply)
+  .filter((reply) => Option.isNone(diff(reply, ModelDelta.fold(ModelDelta.fromReply(reply)))))
 
 const retryableConditions: FastCheck.Arbitrary<Condition> = FastCheck.oneof(
   FastCheck.constant<Condition>({ _tag: "TransportFailure" }),
@@ -185,6 +199,46 @@ export const properties = <E>(client: ClientUnderTest<E>, options: Options = {})
     Effect.mapError(failsWith(false)({ condition: { _tag: "Reply", reply }, request }), (violation) =>
       new Property.ContractViolation({ message: `${violation.message} (a request the client declares it refuses)` }))
 
+  /** The outcome of a call, as the `streams` property compares it. */
+  const outcome = (exit: Exit.Exit<ModelReply, ModelError>, what: string) => {
+    if (Exit.isSuccess(exit)) return Effect.succeed({ reply: exit.value } as const)
+    const failures = Chunk.toReadonlyArray(Cause.failures(exit.cause))
+    const error = failures[0]
+    if (error === undefined || failures.length > 1 || !Chunk.isEmpty(Cause.defects(exit.cause)) || !Predicate.isTagged(error, "ModelError")) {
+      return Property.violation(`${what} exited with ${describeCause(exit.cause)}; it must fail with one ModelError`)
+    }
+    return Effect.succeed({ error } as const)
+  }
+
+  const streamsAsGenerates = ({ condition, request }: { readonly condition: Condition; readonly request: ModelRequest }) =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const generating = yield* facing(condition)
+        const stream = generating.stream
+        if (stream === undefined) return
+        const streaming = yield* facing(condition)
+        const streamOf = streaming.stream ?? stream
+        const where = `facing ${describeCondition(condition)}`
+        const generated = yield* outcome(yield* Effect.exit(Effect.suspend(() => generating.generate(request))), `generate ${where}`)
+        const streamed = yield* outcome(yield* Effect.exit(ModelDelta.collect(Stream.suspend(() => streamOf(request)))), `the stream ${where}`)
+        if ("reply" in generated && "reply" in streamed) {
+          return yield* Option.match(diff(generated.reply, streamed.reply), {
+            onNone: () => Effect.void,
+            onSome: (d) => Property.violation(`the stream ${where} folds into another reply than generate's: ${d}`)
+          })
+        }
+        if ("error" in generated && "error" in streamed) {
+          return yield* Property.ensure(
+            generated.error.retryable === streamed.error.retryable,
+            () => `the stream ${where} failed with ModelError { retryable: ${streamed.error.retryable} }, generate with { retryable: ${generated.error.retryable} }`
+          )
+        }
+        return yield* Property.violation(
+          `${where}, generate ${"reply" in generated ? "replied" : `failed (${show(generated.error.message)})`} but the stream ${"reply" in streamed ? "folded into a reply" : `failed (${show(streamed.error.message)})`}`
+        )
+      })
+    )
+
   const props: Partial<Record<PropertyId, Property.Property>> = {
     replies: Property.make({
       id: "replies",
@@ -212,6 +266,20 @@ export const properties = <E>(client: ClientUnderTest<E>, options: Options = {})
       numRuns: runs(25),
       arbitrary: FastCheck.record({ condition: permanentConditions, request: accepted }),
       check: failsWith(false)
+    }),
+    streams: Property.make({
+      id: "streams",
+      name: "a client that streams folds its stream into exactly generate's reply, and fails where generate fails, as retryably",
+      numRuns: runs(20),
+      arbitrary: FastCheck.record({
+        condition: FastCheck.oneof(
+          (options.expressible === undefined ? streamable : streamable.filter(options.expressible)).map((reply): Condition => ({ _tag: "Reply", reply })),
+          retryableConditions,
+          permanentConditions
+        ),
+        request: accepted
+      }),
+      check: streamsAsGenerates
     })
   }
 

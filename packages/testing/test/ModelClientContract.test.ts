@@ -1,8 +1,12 @@
 import { describe, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import { ModelError } from "@polyloop/core/Errors"
 import * as ModelClient from "@polyloop/core/ModelClient"
+import * as ModelDelta from "@polyloop/core/ModelDelta"
 import type { ModelReply } from "@polyloop/core/ModelReply"
 import * as ModelClientContract from "../src/ModelClientContract.js"
 import { breaks, holdsAll, registerBroken } from "./helpers.js"
@@ -35,10 +39,12 @@ const client = (
   retryable: (status: number) => boolean,
   onTransport: (e: TransportError) => Effect.Effect<never, ModelError> = () => Effect.fail(new ModelError({ retryable: true, message: "connection failed" })),
   mapReply: (reply: ModelReply) => ModelReply = (reply) => reply,
-  refusal: (request: ModelClient.ModelRequest) => ModelError | undefined = () => undefined
-): ModelClientContract.ClientUnderTest =>
-(condition) =>
-  ModelClient.layer((request) =>
+  refusal: (request: ModelClient.ModelRequest) => ModelError | undefined = () => undefined,
+  /** The deltas the client streams for a reply (default: the reply in chunks of 3 characters). */
+  streamed: (reply: ModelReply) => ReadonlyArray<ModelDelta.ModelDelta> = (reply) => ModelDelta.chunked(reply, 3)
+) =>
+(condition: ModelClientContract.Condition): Layer.Layer<ModelClient.ModelClient> => {
+  const generate = (request: ModelClient.ModelRequest) =>
     refusal(request) ?? transport(condition).pipe(
       Effect.catchAll(onTransport),
       Effect.flatMap((response) =>
@@ -47,7 +53,8 @@ const client = (
           : Effect.fail(new ModelError({ retryable: retryable(response.status), status: response.status, message: `HTTP ${response.status}` }))
       )
     )
-  )
+  return ModelClient.layer(generate, (request) => Stream.flatMap(Stream.fromEffect(generate(request)), (reply) => Stream.fromIterable(streamed(reply))))
+}
 
 const correct = client((status) => status === 429 || status >= 500)
 const all = ModelClientContract.properties(correct, { exactReplies: true, hang: true })
@@ -101,6 +108,27 @@ describe("ModelClientContract", () => {
           { exactReplies: true }
         ),
       breaks: { replies: /another reply than the provider's: \$\.finishReason/ }
+    },
+    {
+      name: "a client whose stream drops the reasoning",
+      props: () =>
+        ModelClientContract.properties(
+          client((status) => status === 429 || status >= 500, undefined, undefined, undefined, (reply) =>
+            ModelDelta.chunked(reply, 3).filter((delta) => delta._tag !== "ReasoningDelta")),
+          { runsFactor: 4 }
+        ),
+      breaks: { streams: /folds into another reply than generate's: \$\.reasoning/ }
+    },
+    {
+      name: "a client whose stream always fails, as permanent",
+      props: () =>
+        ModelClientContract.properties((condition) =>
+          Layer.map(correct(condition), (context) => {
+            const generating = Context.get(context, ModelClient.ModelClient)
+            return Context.add(context, ModelClient.ModelClient, ModelClient.make(generating.generate, () => Stream.fail(new ModelError({ retryable: false, message: "no stream" }))))
+          })
+        ),
+      breaks: { streams: /generate replied but the stream failed|stream .* failed with ModelError \{ retryable: false \}, generate with \{ retryable: true \}/ }
     },
     {
       name: "a client that treats 429 as permanent",
