@@ -1,56 +1,91 @@
 /**
- * `npm run chaos`: the full enumerated crash suite (`support/chaos.ts`). Every crash point of the
- * scripted run, `CHAOS_ROUNDS` rounds with different seeds (default enough for 10,000
- * scenarios), two scenarios at a time; prints each failure and the totals, and writes them to
- * `chaos-summary.json` (or `CHAOS_SUMMARY`). Exits 1 when any invariant failed.
+ * `npm run chaos`: the full enumerated crash suite (`support/chaos.ts`, design 0220). Every
+ * crash point of every variant (scripts × stores), as many rounds (seeds) as it takes to reach
+ * `CHAOS_SCENARIOS` scenarios (default 10,000), `CHAOS_CONCURRENCY` at a time on a pool of
+ * warm children; prints each failure and progress, and writes the summary (scenarios, process
+ * deaths, invariants checked, failures, seed, scenarios per second, …) to `chaos-summary.json`
+ * (or `CHAOS_SUMMARY`). Exits 1 when any invariant failed.
  *
- *   npm run chaos                       # the full suite
- *   CHAOS_ID=s13-p17-r4 npm run chaos   # replay one scenario by its id
- *   CHAOS_ROUNDS=2 npm run chaos        # fewer rounds
+ *   npm run chaos                                         # the full suite
+ *   CHAOS_ID='tools.sqlite.hooked.s7/p17/r4' npm run chaos # replay one scenario by its id
+ *   CHAOS_SCENARIOS=1000 npm run chaos                    # fewer
+ *   CHAOS_PG=0 npm run chaos                              # SQLite only
+ *   CHAOS_MAX_SECONDS=3000 npm run chaos                  # stop taking scenarios after 50 minutes (the summary says so)
+ *
+ * PostgreSQL: the server at `POLYLOOP_TEST_PG_URL`, else a private one started here
+ * (`support/pg-server.ts`, as the tests do) and stopped at the end.
  */
 import * as Fs from "node:fs"
+import * as Os from "node:os"
 import * as Chaos from "./support/chaos.js"
+import * as PgServer from "./support/pg-server.js"
 
-const steps = Number(process.env["CHAOS_STEPS"] ?? 13)
 const seed = Number(process.env["CHAOS_SEED"] ?? 1)
-const concurrency = Number(process.env["CHAOS_CONCURRENCY"] ?? 2)
+const concurrency = Number(process.env["CHAOS_CONCURRENCY"] ?? 3)
+const poolSize = Number(process.env["CHAOS_POOL"] ?? concurrency + 2)
 const summaryFile = process.env["CHAOS_SUMMARY"] ?? "chaos-summary.json"
 const replay = process.env["CHAOS_ID"]
+const usePg = (process.env["CHAOS_PG"] ?? "1") !== "0"
+const maxSeconds = process.env["CHAOS_MAX_SECONDS"] === undefined ? undefined : Number(process.env["CHAOS_MAX_SECONDS"])
 
 const main = async () => {
-  if (replay !== undefined) {
-    const { point, seed, steps } = Chaos.parseId(replay)
-    const script = await Chaos.childScript()
-    const ref = await Chaos.reference(script, steps)
-    const outcome = await Chaos.runScenario(script, ref, point, seed)
-    console.log(JSON.stringify(outcome, null, 2))
-    if (outcome.failures.length > 0) process.exitCode = 1
-    return
+  let server: PgServer.PgServer | undefined
+  let pgUrl = usePg ? process.env["POLYLOOP_TEST_PG_URL"] : undefined
+  if (usePg && (pgUrl === undefined || pgUrl === "")) {
+    server = await PgServer.start()
+    pgUrl = server.url
   }
-  const target = Number(process.env["CHAOS_SCENARIOS"] ?? 10_000)
-  // One round is every crash point once; the rounds needed for the target follow from the count.
-  const probe = await Chaos.reference(await Chaos.childScript(), steps)
-  const rounds = Number(process.env["CHAOS_ROUNDS"] ?? Math.ceil(target / probe.points.length))
-  console.log(`${probe.points.length} crash points in a run of ${steps} steps; ${rounds} rounds (seeds ${seed}..${seed + rounds - 1}), ${concurrency} at a time`)
-  let done = 0
-  const summary = await Chaos.runAll({
-    steps,
-    seed,
-    rounds,
-    concurrency,
-    onOutcome: (outcome) => {
-      done++
-      for (const failure of outcome.failures) console.log(`FAIL ${failure}`)
-      if (done % 100 === 0) console.log(`${done} scenarios`)
+  const env = await Chaos.makeEnv({ poolSize, ...(pgUrl === undefined ? {} : { pgUrl }) })
+  console.log(`children start from ${env.pool.start.snapshot ? "a V8 start-up snapshot" : `their bundle (no snapshot: ${env.pool.start.fallback})`}`)
+  try {
+    if (replay !== undefined) {
+      const { point, seed, variant } = Chaos.parseId(replay)
+      const [ref] = await Chaos.references(env, [variant])
+      console.log(`crash point ${point}: ${JSON.stringify(ref!.keys[point - 1])}`)
+      const outcome = await Chaos.runScenario(env, ref!, point, seed)
+      console.log(JSON.stringify(outcome, null, 2))
+      if (outcome.failures.length > 0) process.exitCode = 1
+      return
     }
-  })
-  const { reference: _reference, ...totals } = summary
-  const written = { steps, seed, rounds, crashPoints: probe.points.length, ...totals }
-  Fs.writeFileSync(summaryFile, JSON.stringify(written, null, 2) + "\n")
-  console.log(
-    `${totals.scenarios} scenarios, ${totals.processDeaths} process deaths, ${totals.invariantsChecked} invariants checked, ${totals.failures.length} failures in ${totals.seconds.toFixed(0)} s (${summaryFile})`
-  )
-  if (totals.failures.length > 0) process.exitCode = 1
+    const target = Number(process.env["CHAOS_SCENARIOS"] ?? 10_000)
+    const variants = Chaos.suiteVariants({ pg: pgUrl !== undefined })
+    const refs = await Chaos.references(env, variants)
+    const points = refs.reduce((n, ref) => n + ref.keys.length, 0)
+    const rounds = Math.ceil(target / points)
+    console.log(`${points} crash points over ${refs.length} variants; ${rounds} rounds (seeds ${seed}..${seed + rounds - 1}), ${concurrency} at a time, ${poolSize} warm children`)
+    const work = Chaos.enumerate(refs, seed, rounds).slice(0, target)
+    let done = 0
+    const totals = await Chaos.runWork(env, work, {
+      concurrency,
+      ...(maxSeconds === undefined ? {} : { maxSeconds }),
+      onOutcome: (outcome) => {
+        done++
+        for (const failure of outcome.failures) console.log(`FAIL ${failure}`)
+        if (done % 250 === 0) console.log(`${done}/${work.length} scenarios`)
+      }
+    })
+    const written = {
+      target,
+      seed,
+      rounds,
+      crashPoints: points,
+      concurrency,
+      poolSize,
+      snapshot: env.pool.start.snapshot,
+      machine: { cpus: Os.cpus().length, loadAverage: Os.loadavg() },
+      finishedAt: new Date().toISOString(),
+      ...totals,
+      byVariant: Chaos.byVariant(refs, work)
+    }
+    Fs.writeFileSync(summaryFile, JSON.stringify(written, null, 2) + "\n")
+    console.log(
+      `${totals.scenarios} scenarios, ${totals.processDeaths} process deaths, ${totals.invariantsChecked} invariants checked, ${totals.failures.length} failures, ${totals.unreached} timed points unreached, in ${totals.seconds.toFixed(0)} s (${totals.scenariosPerSecond.toFixed(2)} scenarios/s; ${summaryFile})`
+    )
+    if (totals.failures.length > 0) process.exitCode = 1
+  } finally {
+    await Chaos.closeEnv(env)
+    server?.stop()
+  }
 }
 
 main().catch((error: unknown) => {

@@ -1,30 +1,68 @@
 /**
- * The slice of the enumerated crash suite (`support/chaos.ts`) that runs in `npm test`: every
- * crash point of a short scripted run (a "Never" write, an "Always" echo, the completing submit)
- * on SQLite, each one a child killed exactly there and resumed (sometimes killed again) until
- * the run finishes, every invariant checked. `npm run chaos` runs the full suite.
+ * The slice of the enumerated crash suite (`support/chaos.ts`, design 0220) that runs in
+ * `npm test`: every variant (tool calls, several calls per reply, code actions, approvals; on
+ * SQLite and on the test run's PostgreSQL server; appends through the fault hook and without
+ * it; the migration of a fresh PostgreSQL database) is enumerated, and an evenly spaced sample of
+ * more than 500 of its crash points is run — each a pooled child killed exactly there, resumed
+ * (sometimes killed again) until the run finishes, every invariant checked. `npm run chaos` runs
+ * every point, over several seeds, for 10,000 scenarios and more.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Chaos from "./support/chaos.js"
+import { testPgUrl } from "./support/pg-url.js"
+
+/** Evenly spaced items of `items`, `count` of them (all when there are fewer). */
+const sample = <A>(items: ReadonlyArray<A>, count: number): ReadonlyArray<A> => {
+  if (items.length <= count) return items
+  const stride = items.length / count
+  return Array.from({ length: count }, (_, i) => items[Math.floor(i * stride)]!)
+}
 
 describe.sequential("enumerated crash suite (slice)", () => {
-  it("every crash point of a three-step run: the log verifies, nothing acknowledged is lost, no \"Never\" call twice, the history is the uncrashed run's", async () => {
-    const failures: Array<string> = []
-    const summary = await Chaos.runAll({
-      steps: 3,
-      seed: 1,
-      rounds: 1,
-      concurrency: 2,
-      onOutcome: (outcome) => failures.push(...outcome.failures)
-    })
-    console.log(
-      `crash suite slice: ${summary.scenarios} scenarios over ${summary.reference.points.length} crash points, ${summary.processDeaths} process deaths, ${summary.invariantsChecked} invariants checked, ${summary.failures.length} failures, ${summary.seconds.toFixed(0)} s`
-    )
-    assert.deepStrictEqual(failures, [])
-    assert.strictEqual(summary.scenarios, summary.reference.points.length, "one scenario per crash point")
-    assert.isAtLeast(summary.processDeaths, summary.scenarios, "every scenario killed its first child")
-    for (const kind of ["before claim", "after claim", "before start", "after start", "in transaction BeforeCommit", "before write effect", "after write effect", "before finish"]) {
-      assert.isTrue(summary.reference.points.some((p) => p.startsWith(kind)), `the run passes a crash point "${kind}"`)
+  it("SQLite and PostgreSQL, every script: the log verifies, nothing acknowledged is lost, no \"Never\" call twice, the history is the uncrashed run's", async () => {
+    const env = await Chaos.makeEnv({ poolSize: 4, pgUrl: testPgUrl() })
+    try {
+      const refs = await Chaos.references(env, Chaos.suiteVariants({ pg: true }))
+      const all = Chaos.enumerate(refs, 1, 1)
+      const work = sample(all, 520)
+      const failures: Array<string> = []
+      const summary = await Chaos.runWork(env, work, { concurrency: 2, onOutcome: (outcome) => failures.push(...outcome.failures) })
+      console.log(
+        `crash suite slice: ${summary.scenarios} of ${all.length} crash points over ${refs.length} variants, ${summary.processDeaths} process deaths, ${summary.invariantsChecked} invariants checked, ${summary.failures.length} failures, ${summary.unreached} timed points unreached, ${summary.seconds.toFixed(0)} s (${summary.scenariosPerSecond.toFixed(2)} scenarios/s, children from ${env.pool.start.snapshot ? "a start-up snapshot" : "their bundle"})`
+      )
+      assert.deepStrictEqual(failures, [])
+      assert.isAtLeast(summary.scenarios, 500)
+      assert.isAtLeast(summary.processDeaths, summary.scenarios - summary.unreached, "every scenario killed its first child (but where a timed point was not reached)")
+      assert.isBelow(summary.unreached, summary.scenarios / 10, "timed points are mostly reached")
+      // Every variant is in the sample, on both stores.
+      const variants = new Set(work.map((w) => Chaos.variantId(w.ref.variant)))
+      assert.strictEqual(variants.size, refs.length)
+      // The runs pass every kind of crash point the suite promises.
+      const names = refs.flatMap((ref) => ref.keys.map((k) => k.name))
+      for (
+        const kind of [
+          "before claim", "after claim", "before claim upsert", "after claim read", "before renew", "after renew",
+          "before open: ", "before start", "after start", "before reply", "after completion", "before results", "before approvals",
+          "in transaction BeforeRecord", "in transaction BeforeCommit", "before begin", "after commit", "before append statement",
+          "before write effect", "after write effect", "before echo effect", "before code effect", "after refund effect",
+          "before submit effect", "before resume", "before finish", "after release"
+        ]
+      ) {
+        assert.isTrue(names.some((name) => name.startsWith(kind)), `the runs pass a crash point "${kind}"`)
+      }
+      for (const store of ["sqlite", "pg", "pgfresh"]) {
+        assert.isTrue(work.some((w) => w.ref.variant.store === store), `scenarios on ${store}`)
+      }
+      assert.isTrue(
+        refs.some((ref) => ref.variant.store === "pgfresh" && ref.keys.some((k) => /CREATE TABLE/i.test(k.name))),
+        "a fresh PostgreSQL database's migration has crash points"
+      )
+      assert.isTrue(
+        refs.some((ref) => ref.variant.store === "sqlite" && ref.keys.some((k) => /open: CREATE TABLE/i.test(k.name))),
+        "a fresh SQLite file's migration has crash points"
+      )
+    } finally {
+      await Chaos.closeEnv(env)
     }
-  }, 900_000)
+  }, 1_800_000)
 })

@@ -1,104 +1,277 @@
 /**
- * Child process of the enumerated crash suite (`chaos.ts`): runs or resumes the scripted run of
- * `crash-scenario.ts` on a SQLite file, counting crash points as it passes them, and SIGKILLs
- * itself at point number `crashAt` (0: never).
+ * A child of the enumerated crash suite's pool (`chaos-pool.ts`, design 0220). Started once and
+ * kept warm: it loads everything (from a V8 start-up snapshot when the pool could build one, else
+ * from its bundle), then reads jobs from stdin, one JSON line each, and runs them one after
+ * another — a life of a scenario: run or resume a script (`chaos-scripts.ts`) on a store, or
+ * record the pending approval decisions. It SIGKILLs itself at the job's crash point; the pool
+ * replaces a dead child with a fresh one.
  *
- *   node chaos-child.mjs <db> <side-file> <ack-file> <steps> <crashAt>
+ * Crash points, named, in the order a life passes them (`point`):
+ * - `before <write>` / `after <write>`: around each store write (`start`, `reply <step>`,
+ *   `results <step>`, `completion <step>`, `resume`, `approvals <seq>`, `finish`, …) — the
+ *   "after" point is passed once the write returned, i.e. after its commit;
+ * - `in transaction BeforeRecord <i>` / `in transaction BeforeCommit <n>`: inside the write's
+ *   transaction (the store's fault hook);
+ * - `before claim` / `after claim`, and the statements of the claim and its lease
+ *   (`before claim upsert`, `after claim read`, `before renew`, `after release`, …);
+ * - `before open: <statement>` / `after open: <statement>`: every SQL statement run while the
+ *   store is opened and its schema migrated (a fresh SQLite file: the whole migration);
+ * - `before begin` / `after commit`: the transaction statements themselves;
+ * - `before <tool> effect` / `after <tool> effect`: around each side effect.
+ * Statement points come from wrapping the drivers' statement methods (better-sqlite3's
+ * `Statement` and node-postgres's `Client.query`), so they see exactly what reaches the database.
  *
- * Crash points, in the order the run passes them: before and after the claim; before and after
- * each store write (start, reply, step completion, resume, finish, …); inside each write's
- * transaction before each record and before the commit (the store's fault hook); before and
- * after each tool's side effect. After each store write returns, its sequence numbers are
- * appended to the ack file (`<first> <last>` per line) before the next point: an acknowledged
- * write. Prints `point <n> <name>` as it passes each point, then `finished <n>` at the end.
+ * A job's crash point is a named point and its occurrence in the life (`{ name, occurrence }`)
+ * or the n-th point the life passes (`{ ordinal }`). Reports go to file descriptor 3, each line
+ * written with `writeSync` before anything else happens, so a report made before the kill
+ * reaches the parent:
+ *   `p <name>`              a point passed (only when the job traces)
+ *   `a <first> <last> <tag>` an acknowledged write: records first..last, the last one a <tag>
+ *   `k <ordinal> <name>`    about to SIGKILL itself here
+ *   `e <json>`              the life ended: { status: "finished" | "suspended" | "decided" | "error", detail }
  */
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
+import * as Approval from "@polyloop/core/Approval"
+import type * as Errors from "@polyloop/core/Errors"
 import * as EventSink from "@polyloop/core/EventSink"
-import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as Ids from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as fs from "node:fs"
-import * as Scenario from "./crash-scenario.js"
+import { createRequire } from "node:module"
+import * as path from "node:path"
+import * as v8 from "node:v8"
+import * as Scripts from "./chaos-scripts.js"
 
-const [db, sideFile, ackFile, stepsText, crashAtText] = process.argv.slice(2)
-if (db === undefined || sideFile === undefined || ackFile === undefined || stepsText === undefined || crashAtText === undefined) {
-  process.stderr.write("usage: chaos-child.mjs <db> <side-file> <ack-file> <steps> <crashAt>\n")
-  process.exit(2)
+type Job = Scripts.Job
+type End = Scripts.End
+
+// ---- reports --------------------------------------------------------------------------------
+
+const report = (line: string) => {
+  const bytes = Buffer.from(line + "\n")
+  let offset = 0
+  while (offset < bytes.length) {
+    try {
+      offset += fs.writeSync(3, bytes, offset)
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== "EAGAIN") throw error
+    }
+  }
 }
-const steps = Number(stepsText)
-const crashAt = Number(crashAtText)
 
-let passed = 0
-/** Passes a crash point: prints it, and dies here if it is the chosen one. */
-const point = (name: string) =>
-  Effect.sync(() => {
-    passed++
-    process.stdout.write(`point ${passed} ${name}\n`)
-    if (passed === crashAt) process.kill(process.pid, "SIGKILL")
-  })
+// ---- crash points ---------------------------------------------------------------------------
 
-const ack = (first: number, last: number) => Effect.sync(() => fs.appendFileSync(ackFile, `${first} ${last}\n`))
+let job: Job | null = null
+let ordinal = 0
+const occurrences = new Map<string, number>()
+/** Statements before the store is ready are the opening's (probe, WAL, migration). */
+let opening = false
 
-/** The store with crash points around each write and the claim. */
+const pass = (name: string): void => {
+  const current = job
+  if (current === null) return
+  ordinal++
+  const occurrence = (occurrences.get(name) ?? 0) + 1
+  occurrences.set(name, occurrence)
+  if (current.trace) report(`p ${name}`)
+  const crash = current.crash
+  if (crash === null) return
+  if ("ordinal" in crash ? crash.ordinal === ordinal : crash.name === name && crash.occurrence === occurrence) {
+    report(`k ${ordinal} ${name}`)
+    process.kill(process.pid, "SIGKILL")
+  }
+}
+
+const point = (name: string) => Effect.sync(() => pass(name))
+
+/** The crash-point name of a SQL statement, or null for a statement that is not one. */
+const statementPoint = (source: string): string | null => {
+  const text = source.replace(/\s+/g, " ").trim()
+  if (opening) return `open: ${text.slice(0, 60)}`
+  if (/^BEGIN/i.test(text)) return "begin"
+  if (/^COMMIT/i.test(text)) return "commit"
+  if (/polyloop_claims/.test(text)) {
+    if (/^INSERT/i.test(text)) return "claim upsert"
+    if (/^UPDATE/i.test(text)) return "renew"
+    if (/^DELETE/i.test(text)) return "release"
+    return "claim read"
+  }
+  if (/polyloop_append/.test(text)) return "append statement"
+  return null
+}
+
+const around = <A>(name: string | null, run: () => A): A => {
+  if (name === null) return run()
+  pass(`before ${name}`)
+  const result = run()
+  pass(`after ${name}`)
+  return result
+}
+
+interface SqliteStatement {
+  readonly source: string
+  run(...args: ReadonlyArray<unknown>): unknown
+  get(...args: ReadonlyArray<unknown>): unknown
+  all(...args: ReadonlyArray<unknown>): unknown
+}
+type SqliteDatabase = new (filename: string) => {
+  prepare(source: string): SqliteStatement
+  close(): void
+}
+type PgCallback = (error: unknown, result: unknown) => void
+interface PgModule {
+  readonly Client: { readonly prototype: { query(this: unknown, ...args: Array<unknown>): unknown } }
+}
+
+/** Wraps the drivers' statement methods so that statements pass crash points. */
+const wrapDrivers = (requireFrom: NodeJS.Require) => {
+  const Database = requireFrom("better-sqlite3") as SqliteDatabase
+  const probe = new Database(":memory:")
+  const Statement = Object.getPrototypeOf(probe.prepare("SELECT 1")) as SqliteStatement
+  probe.close()
+  for (const method of ["run", "get", "all"] as const) {
+    const original = Statement[method]
+    Statement[method] = function(this: SqliteStatement, ...args: ReadonlyArray<unknown>) {
+      return around(statementPoint(this.source), () => original.apply(this, [...args]))
+    }
+  }
+  const Pg = requireFrom("pg") as PgModule
+  const query = Pg.Client.prototype.query
+  Pg.Client.prototype.query = function(this: unknown, ...args: Array<unknown>) {
+    // `query(text, values, callback)` or `query({ text, values, rowMode }, callback)`.
+    const config = args[0]
+    const text = typeof config === "string" ? config : typeof config === "object" && config !== null && "text" in config ? String(config.text) : null
+    const last = args.length - 1
+    const callback = args[last]
+    const name = text !== null && typeof callback === "function" ? statementPoint(text) : null
+    if (name === null) return query.apply(this, args)
+    pass(`before ${name}`)
+    args[last] = (error: unknown, result: unknown) => {
+      if (error === null || error === undefined) pass(`after ${name}`)
+      ;(callback as PgCallback)(error, result)
+    }
+    return query.apply(this, args)
+  }
+}
+
+// ---- the store with crash points --------------------------------------------------------------
+
+const ack = (first: number, last: number, tag: string) => Effect.sync(() => report(`a ${first} ${last} ${tag}`))
+
+/** The store with crash points around each write and the claim; each write returned is acknowledged. */
 const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogStore.Service => {
-  const around = <A, E, R>(name: string, first: number, last: number, write: Effect.Effect<A, E, R>) =>
+  const write = <A, E, R>(name: string, first: number, last: number, tag: string, effect: Effect.Effect<A, E, R>) =>
     point(`before ${name}`).pipe(
-      Effect.zipRight(write),
-      Effect.tap(() => ack(first, last)),
+      Effect.zipRight(effect),
+      Effect.tap(() => ack(first, last, tag)),
       Effect.tap(() => point(`after ${name}`))
     )
   return {
     ...store,
-    start: (record) => around("start", record.seq, record.seq, store.start(record)),
-    appendReply: (runId, record) => around(`reply ${record.step}`, record.seq, record.seq, store.appendReply(runId, record)),
+    start: (record) => write("start", record.seq, record.seq, record._tag, store.start(record)),
+    appendReply: (runId, record) => write(`reply ${record.step}`, record.seq, record.seq, record._tag, store.appendReply(runId, record)),
     appendResults: (runId, results) =>
-      around(`results ${results[0].step}`, results[0].seq, results[results.length - 1]!.seq, store.appendResults(runId, results)),
+      write(`results ${results[0].step}`, results[0].seq, results[results.length - 1]!.seq, "ActionResulted", store.appendResults(runId, results)),
     completeStep: (runId, results, step) =>
-      around(`completion ${step.step}`, results[0]?.seq ?? step.seq, step.seq, store.completeStep(runId, results, step)),
-    appendResume: (runId, record) => around("resume", record.seq, record.seq, store.appendResume(runId, record)),
-    finish: (runId, record) => around("finish", record.seq, record.seq, store.finish(runId, record)),
+      write(`completion ${step.step}`, results[0]?.seq ?? step.seq, step.seq, step._tag, store.completeStep(runId, results, step)),
+    appendResume: (runId, record) => write("resume", record.seq, record.seq, record._tag, store.appendResume(runId, record)),
+    finish: (runId, record) => write("finish", record.seq, record.seq, record._tag, store.finish(runId, record)),
     ...(store.appendRecords === undefined ? {} : {
       appendRecords: (runId, records) =>
-        around(`records ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, store.appendRecords!(runId, records))
+        write(`records ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendRecords!(runId, records))
     }),
     appendApprovals: (runId, records) =>
-      around(`approvals ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, store.appendApprovals(runId, records)),
+      write(`approvals ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendApprovals(runId, records)),
     claim: (runId) => point("before claim").pipe(Effect.zipRight(store.claim(runId)), Effect.tap(() => point("after claim")))
   }
 }
 
-const storeLayer = Layer.effect(
-  RunLogStore.RunLogStore,
-  Effect.map(RunLogStore.RunLogStore, withPoints)
-).pipe(
-  Layer.provide(
-    SqlRunLogStore.layerSqlite({
-      filename: db,
-      faultPoint: ({ stage, index }) => point(`in transaction ${stage} ${index}`),
-      leaseDuration: "300 millis",
-      heartbeatInterval: "75 millis"
-    })
-  )
-)
+const storeLayer = (current: Job) => {
+  const lease = {
+    // Renewals often, so that lives pass renewal points; a long lease, because a dead owner's
+    // claim is taken over at once (its pid is gone: reclaimDeadLocalOwners).
+    leaseDuration: "5 seconds",
+    heartbeatInterval: "15 millis",
+    reclaimDeadLocalOwners: true,
+    ...(current.hooked ? { faultPoint: ({ index, stage }: SqlRunLogStore.FaultContext) => point(`in transaction ${stage} ${index}`) } : {})
+  } as const
+  const base = current.store.kind === "sqlite"
+    // A SIGKILL loses nothing a commit returned with `synchronous: "NORMAL"` (only an OS crash
+    // or power loss can, SqlRunLogStore.SqliteOptions); without an fsync per commit, lives are shorter.
+    ? SqlRunLogStore.layerSqlite({ filename: current.store.file, synchronous: "NORMAL", ...lease })
+    : SqlRunLogStore.layerPg({ url: Redacted.make(current.store.url), maxConnections: 3, ...lease })
+  return Layer.effect(RunLogStore.RunLogStore, Effect.map(RunLogStore.RunLogStore, withPoints)).pipe(Layer.provide(base))
+}
 
-const program = Effect.gen(function*() {
-  const model = yield* ScriptedModel.make(Scenario.script(steps))
-  const tools = Scenario.tools(sideFile, 0, (tool, phase) => point(`${phase === "BeforeEffect" ? "before" : "after"} ${tool} effect`))
-  const executor = yield* Effect.orDie(tools.executor())
-  yield* Agent.run({ runId: Scenario.runId, agent: Scenario.agent(steps), task: Scenario.task, tools }).pipe(
-    Effect.provide(Layer.mergeAll(model.layer, ActionExecutor.layer(executor), NativeToolCallParser.layer({ onText: "NoAction" }), EventSink.layerNoop))
-  )
-  yield* Effect.sync(() => process.stdout.write(`finished ${passed}\n`))
-}).pipe(
-  Effect.tapError((error) => Effect.sync(() => process.stdout.write(`error ${error._tag}\n`))),
-  Effect.provide(storeLayer)
-)
+// ---- a life ---------------------------------------------------------------------------------
 
-Effect.runPromise(program).catch((error: unknown) => {
-  process.stdout.write(`failed: ${String(error)}\n`)
-  process.exitCode = 1
-})
+const life = (current: Job): Effect.Effect<End, never> => {
+  const runId = Ids.runId(current.runId)
+  const hook: Scripts.EffectHook = (what, phase) => point(`${phase === "BeforeEffect" ? "before" : "after"} ${what} effect`)
+  const setup = Scripts.setup(current.script, current.steps, current.side, hook)
+  const run = Effect.gen(function*() {
+    const model = yield* ScriptedModel.make(setup.replies)
+    const executor = yield* setup.executor
+    yield* Agent.run({ runId, agent: setup.agent, task: Scripts.task, tools: setup.tools }).pipe(
+      Effect.provide(Layer.mergeAll(model.layer, ActionExecutor.layer(executor), setup.parser, EventSink.layerNoop))
+    )
+    return { status: "finished", detail: "" } as End
+  })
+  const decide = Effect.gen(function*() {
+    const store = yield* RunLogStore.RunLogStore
+    const waiting = Approval.waiting(yield* store.readLog(runId))
+    for (const call of waiting) yield* Agent.decide(Scripts.decisionFor(call))
+    return { status: "decided", detail: waiting.map((w) => w.callId).join(",") } as End
+  })
+  const body: Effect.Effect<End, Errors.RunError | Approval.DecideError, RunLogStore.RunLogStore> = current.life === "run" ? run : decide
+  // The statements from here until the store is built (the layer, below) are the opening's.
+  const opened = Effect.zipRight(Effect.sync(() => (opening = false)), body)
+  return Effect.sync(() => (opening = true)).pipe(
+    Effect.zipRight(opened.pipe(
+      Effect.catchTag("Suspended", (s) => Effect.succeed<End>({ status: "suspended", detail: s.waiting.map((w) => w.callId).join(",") })),
+      Effect.provide(storeLayer(current))
+    )),
+    Effect.catchAll((error) => Effect.succeed<End>({ status: "error", detail: `${error._tag}: ${"message" in error ? String(error.message) : ""}` })),
+    Effect.scoped
+  )
+}
+
+const runJob = async (next: Job) => {
+  job = next
+  ordinal = 0
+  occurrences.clear()
+  opening = false
+  const end = await Effect.runPromise(life(next))
+  job = null
+  report(`e ${JSON.stringify(end)}`)
+}
+
+/** Reads jobs from stdin, one JSON line each, and runs them one after another. */
+const main = () => {
+  const requireFrom = createRequire(path.join(process.env["POLYLOOP_REPO_ROOT"] ?? process.cwd(), "package.json"))
+  wrapDrivers(requireFrom)
+  let buffer = ""
+  let queue = Promise.resolve()
+  process.stdin.setEncoding("utf8")
+  process.stdin.on("data", (chunk: string) => {
+    buffer += chunk
+    let newline = buffer.indexOf("\n")
+    while (newline >= 0) {
+      const line = buffer.slice(0, newline)
+      buffer = buffer.slice(newline + 1)
+      newline = buffer.indexOf("\n")
+      if (line.length > 0) queue = queue.then(() => runJob(JSON.parse(line) as Job))
+    }
+  })
+  process.stdin.on("end", () => void queue.then(() => process.exit(0)))
+  report("r")
+}
+
+if (v8.startupSnapshot?.isBuildingSnapshot()) v8.startupSnapshot.setDeserializeMainFunction(main)
+else main()

@@ -1,238 +1,450 @@
 /**
- * The enumerated crash suite: for the scripted run of `crash-scenario.ts` (a `"Never"` tool, an
- * `"Always"` tool, a reply without action, an invalid decision, an unknown tool, a completing
- * tool), every crash point the run passes (`chaos-child.ts`: the claim, each store write before
- * and after, inside each write's transaction, each tool's side effect before and after) is a
- * scenario: a child process SIGKILLs itself exactly there, then the run is resumed — sometimes
- * crashing again at a later point, chosen by the scenario's seed — until it finishes, and every
- * invariant is checked:
+ * The enumerated crash suite (design 0220). A *variant* is a scripted run (`chaos-scripts.ts`:
+ * tool calls, several calls per reply, code actions, approvals) on a store (SQLite, a fresh file
+ * per scenario; PostgreSQL, one database for the suite whose rows each scenario removes, or a
+ * fresh database per scenario to enumerate its migration), with appends through the store's
+ * fault hook (`hooked`: record by record in a transaction, a point between records) or as
+ * applications run them (one statement). The uncrashed run of a variant (its *reference*)
+ * names every crash point each of its lives passes (`chaos-child.ts`); each one is a scenario:
+ * the lives before it run as in the reference, the child of that life SIGKILLs itself exactly
+ * there, and the run is resumed (sometimes — one time in five, at most twice — killed again at a point chosen by the seed)
+ * until it finishes. Then every invariant is checked:
  *
- * - the log decodes in full (`readLog` with `verify`) and has no structural problem
- *   (`RunLogAudit`: no gap, no duplicate, every result with its step);
- * - every acknowledged write (a store write that returned before the kill) is in the log;
- * - no `"Never"` call ran twice (the side file counts executions);
- * - the final log equals the uncrashed run's, apart from `RunResumed` records and the steps whose
- *   `"Never"` action was interrupted (recorded `NotExecuted` with the synthetic text).
+ * - the log decodes in full and passes `polyloop verify`'s audit (`Verify.runFindings`: sequence
+ *   without gap or duplicate, every result with its step, step order, the summary row against
+ *   the log);
+ * - every acknowledged write (a store write that returned before the kill, reported by the child
+ *   before it went on) is in the log, its last record of the acknowledged kind;
+ * - no `"Never"` call ran twice, and a `"Never"` result recorded `Executed` ran exactly once;
+ * - the final log equals the reference's, apart from `RunResumed` records and interrupted
+ *   actions (`NotExecuted` with the synthetic text, and their step's `effective`).
  *
- * A scenario's id is `s<steps>-p<point>-r<seed>`; `runScenario` replays one by its id.
+ * Renewal points of the lease (`renew`, `renew check`) come from a timer: their occurrences 1
+ * and 2 in each life are scenarios, and a life that ends before it reaches one counts as
+ * *unreached*, not as a failure. A scenario's id is `<variant>/p<point>/r<seed>`.
  */
+import * as Reactivity from "@effect/experimental/Reactivity"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Ids from "@polyloop/core/Ids"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogAudit from "@polyloop/core/RunLogAudit"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Effect from "effect/Effect"
-import { spawn } from "node:child_process"
+import * as Layer from "effect/Layer"
+import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
-import { bundle } from "./bundle.js"
+import type { Crash, Job } from "./chaos-scripts.js"
+import * as Pool from "./chaos-pool.js"
+import * as Scripts from "./chaos-scripts.js"
 import { prng } from "./crash-child.js"
 import * as Scenario from "./crash-scenario.js"
 
-const here = Path.dirname(fileURLToPath(import.meta.url))
+/** Where a variant's store is. */
+export type StoreKind = "sqlite" | "pg" | "pgfresh"
 
-/** The compiled child (built once per process). */
-export const childScript = (): Promise<string> => bundle(Path.join(here, "chaos-child.ts"))
-
-interface Life {
-  readonly code: number | null
-  readonly signal: NodeJS.Signals | null
-  readonly points: ReadonlyArray<string>
-  readonly stdout: string
-  readonly stderr: string
-}
-
-const live = (script: string, files: Files, steps: number, crashAt: number): Promise<Life> =>
-  new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [script, files.db, files.side, files.ack, String(steps), String(crashAt)], {
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code, signal) => {
-      const points = stdout.split("\n").filter((line) => line.startsWith("point ")).map((line) => line.replace(/^point \d+ /, ""))
-      resolve({ code, signal, points, stdout, stderr })
-    })
-  })
-
-interface Files {
-  readonly dir: string
-  readonly db: string
-  readonly side: string
-  readonly ack: string
-}
-
-const freshFiles = (): Files => {
-  const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "polyloop-chaos-"))
-  return { dir, db: Path.join(dir, "run.db"), side: Path.join(dir, "side.jsonl"), ack: Path.join(dir, "ack.txt") }
-}
-
-const readLog = (db: string) =>
-  Effect.runPromise(
-    Effect.flatMap(RunLogStore.RunLogStore, (store) => Effect.either(store.readLog(Scenario.runId, { verify: true }))).pipe(
-      Effect.provide(SqlRunLogStore.layerSqlite({ filename: db }))
-    )
-  )
-
-/** The uncrashed run: its crash points, in order, and its log. */
-export interface Reference {
+/** A scripted run on a store. */
+export interface Variant {
+  readonly script: Scripts.ScriptName
+  readonly store: StoreKind
+  readonly hooked: boolean
   readonly steps: number
-  readonly points: ReadonlyArray<string>
-  readonly log: RunLog.RunLog
 }
 
-/** Runs the scenario once without a crash. */
-export const reference = async (script: string, steps: number): Promise<Reference> => {
-  const files = freshFiles()
-  try {
-    const life = await live(script, files, steps, 0)
-    if (life.code !== 0 || !life.stdout.includes("\nfinished ")) {
-      throw new Error(`the uncrashed run did not finish (exit ${life.code}):\n${life.stdout.slice(-2000)}\n${life.stderr.slice(-2000)}`)
-    }
-    const log = await readLog(files.db)
-    if (log._tag === "Left") throw new Error(`the uncrashed run's log does not verify: ${log.left.message}`)
-    return { steps, points: life.points, log: log.right }
-  } finally {
-    Fs.rmSync(files.dir, { recursive: true, force: true })
-  }
+export const variantId = (v: Variant): string => `${v.script}.${v.store}.${v.hooked ? "hooked" : "plain"}.s${v.steps}`
+
+export const parseVariant = (id: string): Variant => {
+  const match = /^(\w+)\.(sqlite|pg|pgfresh)\.(hooked|plain)\.s(\d+)$/.exec(id)
+  if (match === null || !(Scripts.scriptNames as ReadonlyArray<string>).includes(match[1]!)) throw new Error(`${JSON.stringify(id)} is not a variant id`)
+  return { script: match[1] as Scripts.ScriptName, store: match[2] as StoreKind, hooked: match[3] === "hooked", steps: Number(match[4]) }
+}
+
+/** A crash point of the reference: the life it is in, its name, its occurrence in that life. */
+export interface Key {
+  readonly life: number
+  readonly name: string
+  readonly occurrence: number
+  /** Passed on a timer (lease renewal): may be unreached. */
+  readonly timed: boolean
+}
+
+/** The tools whose replay policy is "Never" (`chaos-scripts.ts`). */
+const neverTools = ["write", "refund"]
+
+const timedNames = ["before renew", "after renew", "before renew check", "after renew check"]
+
+/** The uncrashed run of a variant. */
+export interface Reference {
+  readonly variant: Variant
+  /** The kind of each life, in order (`run`, then `decide` and `run` again after each suspension). */
+  readonly lives: ReadonlyArray<Job["life"]>
+  /** How many points each life passed. */
+  readonly lengths: ReadonlyArray<number>
+  /** The scenarios: the crash points, deterministic ones in order, then the timed ones. */
+  readonly keys: ReadonlyArray<Key>
+  readonly log: RunLog.RunLog
 }
 
 /** What one scenario found. */
 export interface Outcome {
   readonly id: string
-  /** The name of the crash point of the first kill. */
-  readonly point: string
   readonly deaths: number
   readonly invariants: number
+  readonly unreached: boolean
   readonly failures: ReadonlyArray<string>
 }
 
-/** The scenario id of the kill at `point` (1-based) with `seed`. */
-export const scenarioId = (steps: number, point: number, seed: number): string => `s${steps}-p${point}-r${seed}`
-
-/** Parses a scenario id. */
-export const parseId = (id: string): { readonly steps: number; readonly point: number; readonly seed: number } => {
-  const match = /^s(\d+)-p(\d+)-r(\d+)$/.exec(id)
-  if (match === null) throw new Error(`${JSON.stringify(id)} is not a scenario id (s<steps>-p<point>-r<seed>)`)
-  return { steps: Number(match[1]), point: Number(match[2]), seed: Number(match[3]) }
+/** The environment scenarios run in: the pool, the PostgreSQL server if any. */
+export interface Env {
+  readonly pool: Pool.Pool
+  /** The suite's PostgreSQL database (URL), migrated; undefined: no PostgreSQL variants. */
+  readonly pgUrl?: string
+  readonly pg?: ManagedRuntime.ManagedRuntime<RunLogStore.RunLogStore | SqlClient.SqlClient, unknown>
+  readonly tmp: string
+  /** Makes a fresh database on the server and returns its URL (`pgfresh`). */
+  readonly freshPg?: () => Promise<{ readonly url: string; readonly drop: () => Promise<void> }>
 }
 
-/** The records of a log that the uncrashed run must share, in order, without sequence numbers and times. */
+const adminRun = <A>(url: string, f: (sql: SqlClient.SqlClient) => Effect.Effect<A, unknown>) =>
+  Effect.runPromise(
+    Effect.scoped(Effect.flatMap(PgClient.make({ url: Redacted.make(url), maxConnections: 1 }), f)).pipe(Effect.provide(Reactivity.layer))
+  )
+
+let databases = 0
+
+/** Starts the pool (and connects to PostgreSQL, creating the suite's database, when `pgUrl` is given). */
+export const makeEnv = async (options: { readonly poolSize: number; readonly pgUrl?: string }): Promise<Env> => {
+  const pool = await Pool.make({ size: options.poolSize })
+  const tmp = Fs.mkdtempSync(Path.join(Os.tmpdir(), "polyloop-chaos-"))
+  if (options.pgUrl === undefined) return { pool, tmp }
+  const server = options.pgUrl
+  const create = async (prefix: string) => {
+    const name = `${prefix}_${process.pid}_${++databases}`
+    await adminRun(server, (sql) => sql.unsafe(`CREATE DATABASE ${name}`))
+    const url = new URL(server)
+    url.pathname = `/${name}`
+    return { url: url.toString(), drop: () => adminRun(server, (sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) }
+  }
+  const suite = await create("chaos")
+  const pg = ManagedRuntime.make(
+    SqlRunLogStore.layer({}).pipe(Layer.provideMerge(SqlRunLogStore.layerPgClient({ url: Redacted.make(suite.url), maxConnections: 2 })))
+  )
+  await pg.runPromise(Effect.void)
+  return { pool, tmp, pgUrl: suite.url, pg, freshPg: () => create("chaosfresh") }
+}
+
+export const closeEnv = async (env: Env) => {
+  env.pool.close()
+  if (env.pg !== undefined) await env.pg.dispose()
+  Fs.rmSync(env.tmp, { recursive: true, force: true })
+}
+
+/** Where one scenario's run lives. */
+interface Place {
+  readonly store: Job["store"]
+  readonly runId: string
+  readonly side: string
+  /** Reads the run's log and its summary. */
+  readonly read: <A>(f: (store: RunLogStore.RunLogStore.Service) => Effect.Effect<A, unknown>) => Promise<A>
+  readonly cleanup: () => Promise<void>
+}
+
+let places = 0
+
+const place = async (env: Env, variant: Variant, label: string): Promise<Place> => {
+  const dir = Path.join(env.tmp, `${++places}`)
+  Fs.mkdirSync(dir)
+  const side = Path.join(dir, "side.jsonl")
+  const runId = `chaos-${label}-${process.pid}-${places}`
+  const removeDir = () => Fs.rmSync(dir, { recursive: true, force: true })
+  if (variant.store === "sqlite") {
+    const file = Path.join(dir, "run.db")
+    return {
+      store: { kind: "sqlite", file },
+      runId,
+      side,
+      read: (f) => Effect.runPromise(Effect.flatMap(RunLogStore.RunLogStore, f).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: file })))),
+      cleanup: async () => removeDir()
+    }
+  }
+  if (variant.store === "pgfresh") {
+    if (env.freshPg === undefined) throw new Error("no PostgreSQL server for a pgfresh variant")
+    const fresh = await env.freshPg()
+    return {
+      store: { kind: "pg", url: fresh.url },
+      runId,
+      side,
+      read: (f) =>
+        Effect.runPromise(
+          Effect.flatMap(RunLogStore.RunLogStore, f).pipe(Effect.provide(SqlRunLogStore.layerPg({ url: Redacted.make(fresh.url), maxConnections: 1 })))
+        ),
+      cleanup: async () => {
+        removeDir()
+        await fresh.drop()
+      }
+    }
+  }
+  const pg = env.pg
+  if (pg === undefined || env.pgUrl === undefined) throw new Error("no PostgreSQL server for a pg variant")
+  return {
+    store: { kind: "pg", url: env.pgUrl },
+    runId,
+    side,
+    read: (f) => pg.runPromise(Effect.flatMap(RunLogStore.RunLogStore, f)),
+    cleanup: async () => {
+      removeDir()
+      // The suite's database keeps only the runs in progress: listing runs stays cheap.
+      await pg.runPromise(
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          Effect.all([
+            sql`DELETE FROM polyloop_records WHERE run_id = ${runId}`,
+            sql`DELETE FROM polyloop_claims WHERE run_id = ${runId}`,
+            sql`DELETE FROM polyloop_runs WHERE run_id = ${runId}`
+          ]))
+      )
+    }
+  }
+}
+
+const jobOf = (variant: Variant, where: Place, life: Job["life"], crash: Crash | null, trace: boolean): Job => ({
+  life,
+  store: where.store,
+  hooked: variant.hooked,
+  script: variant.script,
+  steps: variant.steps,
+  runId: where.runId,
+  side: where.side,
+  crash,
+  trace
+})
+
+const nextLife = (end: NonNullable<Pool.Life["end"]>, current: Job["life"]): Job["life"] | "done" | "again" | "fail" => {
+  if (end.status === "finished") return "done"
+  if (end.status === "suspended") return "decide"
+  if (end.status === "decided") return "run"
+  if (end.status === "error" && end.detail.startsWith("RunBusy")) return current === "run" ? "again" : "fail"
+  return "fail"
+}
+
+/** Runs a variant once without a crash: its lives, their points, its log. */
+export const reference = async (env: Env, variant: Variant): Promise<Reference> => {
+  const where = await place(env, variant, "ref")
+  try {
+    const lives: Array<Job["life"]> = []
+    const lengths: Array<number> = []
+    const keys: Array<Key> = []
+    const timed: Array<Key> = []
+    let life: Job["life"] = "run"
+    for (let i = 0; i < 20; i++) {
+      const result = await env.pool.run(jobOf(variant, where, life, null, true))
+      if (result.end === null) throw new Error(`the uncrashed ${variantId(variant)} died (${result.exit}): ${result.output}`)
+      lives.push(life)
+      lengths.push(result.points.length)
+      const seen = new Map<string, number>()
+      for (const name of result.points) {
+        const occurrence = (seen.get(name) ?? 0) + 1
+        seen.set(name, occurrence)
+        if (!timedNames.includes(name)) keys.push({ life: lives.length - 1, name, occurrence, timed: false })
+      }
+      for (const name of timedNames) for (const occurrence of [1, 2]) timed.push({ life: lives.length - 1, name, occurrence, timed: true })
+      const next = nextLife(result.end, life)
+      if (next === "done") break
+      if (next === "again" || next === "fail") throw new Error(`the uncrashed ${variantId(variant)} ended with ${JSON.stringify(result.end)}: ${result.output}`)
+      life = next
+    }
+    const read = await where.read((store) => Effect.either(store.readLog(Ids.runId(where.runId), { verify: true })))
+    if (read._tag === "Left") throw new Error(`the uncrashed ${variantId(variant)}'s log does not verify: ${String(read.left)}`)
+    if (Option.isNone(read.right.finished)) throw new Error(`the uncrashed ${variantId(variant)} did not finish`)
+    // A variant on a fresh database enumerates only the opening of the store (its migration).
+    const all = variant.store === "pgfresh" ? keys.filter((k) => k.name.includes("open: ")) : [...keys, ...timed]
+    return { variant, lives, lengths, keys: all, log: read.right }
+  } finally {
+    await where.cleanup()
+  }
+}
+
+/** The records the uncrashed run must share, in order. */
 const comparable = (log: RunLog.RunLog): ReadonlyArray<RunLog.RunRecord> => RunLog.records(log).filter((r) => r._tag !== "RunResumed")
 
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
+
 /** Why `crashed` differs from `uncrashed`, apart from what a crash may change; undefined when they agree. */
-const difference = (crashed: RunLog.RunRecord, uncrashed: RunLog.RunRecord): string | undefined => {
+const difference = (
+  crashed: RunLog.RunRecord,
+  uncrashed: RunLog.RunRecord,
+  interrupted: { readonly seqs: ReadonlySet<number>; readonly ids: ReadonlySet<string> }
+): string | undefined => {
   if (crashed._tag !== uncrashed._tag) return `${crashed._tag} where the uncrashed run has ${uncrashed._tag}`
   switch (crashed._tag) {
     case "RunStarted":
       return crashed.snapshotHash === (uncrashed as RunLog.RunStarted).snapshotHash ? undefined : "another snapshot"
     case "ModelReplied": {
       const other = uncrashed as RunLog.ModelReplied
-      return crashed.step === other.step && JSON.stringify(crashed.reply) === JSON.stringify(other.reply) ? undefined : `another reply at step ${crashed.step}`
+      return crashed.step === other.step && same(crashed.reply, other.reply) ? undefined : `another reply at step ${crashed.step}`
     }
     case "ActionResulted": {
       const other = uncrashed as RunLog.ActionResulted
-      if (crashed.step !== other.step || JSON.stringify(crashed.action) !== JSON.stringify(other.action)) return `another action at step ${crashed.step}`
-      if (JSON.stringify(crashed.outcome) === JSON.stringify(other.outcome)) return undefined
-      const interrupted = crashed.outcome.status === "NotExecuted" && crashed.outcome.observationIsSynthetic
-      return interrupted ? undefined : `another outcome at step ${crashed.step}: ${JSON.stringify(crashed.outcome)}`
+      if (crashed.step !== other.step || crashed.callIndex !== other.callIndex || !same(crashed.action, other.action)) return `another action at step ${crashed.step}`
+      if (same(crashed.outcome, other.outcome)) return undefined
+      return interrupted.seqs.has(crashed.seq) ? undefined : `another outcome at step ${crashed.step}: ${JSON.stringify(crashed.outcome)}`
     }
     case "StepCompleted": {
       const other = uncrashed as RunLog.StepCompleted
-      return crashed.step === other.step && JSON.stringify(crashed.decision) === JSON.stringify(other.decision) ? undefined : `another decision at step ${crashed.step}`
+      if (crashed.step !== other.step || !same(crashed.decision, other.decision) || crashed.resultIds.length !== other.resultIds.length) {
+        return `another step ${crashed.step}`
+      }
+      return crashed.effective === other.effective || crashed.resultIds.some((id) => interrupted.ids.has(id)) ? undefined : `another effective at step ${crashed.step}`
+    }
+    case "ApprovalRequested": {
+      const other = uncrashed as RunLog.ApprovalRequested
+      return crashed.step === other.step && crashed.callId === other.callId && same(crashed.action, other.action) ? undefined : `another approval request at step ${crashed.step}`
+    }
+    case "ApprovalDecided": {
+      const other = uncrashed as RunLog.ApprovalDecided
+      return crashed.step === other.step && crashed.callId === other.callId && same(crashed.decision, other.decision) ? undefined : `another decision at step ${crashed.step}`
     }
     case "RunFinished":
-      return JSON.stringify(crashed.stopReason) === JSON.stringify((uncrashed as RunLog.RunFinished).stopReason) ? undefined : "another stop reason"
+      return same(crashed.stopReason, (uncrashed as RunLog.RunFinished).stopReason) ? undefined : "another stop reason"
     default:
       return undefined
   }
 }
 
+/** The first difference of the final log from the reference's, or undefined. */
+const compare = (log: RunLog.RunLog, ref: RunLog.RunLog): string | undefined => {
+  const mine = comparable(log)
+  const theirs = comparable(ref)
+  if (mine.length !== theirs.length) return `${mine.length} records apart from resumes; the uncrashed run has ${theirs.length}`
+  const interrupted = log.results.filter((r) => r.outcome.status === "NotExecuted" && r.outcome.observationIsSynthetic && /interrupt/i.test(r.outcome.observation))
+  const sets = { seqs: new Set(interrupted.map((r) => r.seq)), ids: new Set<string>(interrupted.map((r) => r.resultId)) }
+  for (let i = 0; i < mine.length; i++) {
+    const why = difference(mine[i]!, theirs[i]!, sets)
+    if (why !== undefined) return `record ${mine[i]!.seq}: ${why}`
+  }
+  return undefined
+}
+
 /** The most lives a scenario gets before it counts as not finishing. */
-const maxLives = 6
+const maxLives = 14
 
 /**
- * Runs one scenario: a child killed at `point`, then resumed until the run finishes (each
- * resumed child, while the seed says so and at most twice, killed again at a point of its own),
- * then every invariant checked.
+ * Runs one scenario: the reference's lives up to the key's, that life killed at the key, then
+ * lives until the run finishes (after the first kill, one life in five, and at most one more,
+ * killed at a point the seed chooses), then every invariant checked.
  */
-export const runScenario = async (script: string, ref: Reference, point: number, seed: number): Promise<Outcome> => {
-  const id = scenarioId(ref.steps, point, seed)
+export const runScenario = async (env: Env, ref: Reference, point: number, seed: number): Promise<Outcome> => {
+  const key = ref.keys[point - 1]
+  const id = `${variantId(ref.variant)}/p${point}/r${seed}`
+  if (key === undefined) throw new Error(`${id}: the variant has ${ref.keys.length} crash points`)
   const failures: Array<string> = []
   let invariants = 0
   let deaths = 0
-  // The seed and the point together choose the later kills: each scenario its own sequence.
+  let unreached = false
   const random = prng(seed * 1_000_003 + point)
-  const files = freshFiles()
+  const where = await place(env, ref.variant, `${ref.variant.script}-${point}-${seed}`)
+  const acks: Array<Pool.Ack> = []
   try {
-    let crashAt = point
+    let life: Job["life"] = "run"
+    let completedLives = 0
+    let firstKillDone = false
     let finished = false
-    for (let life = 0; life < maxLives && !finished; life++) {
-      const result = await live(script, files, ref.steps, crashAt)
-      if (result.signal === "SIGKILL") deaths++
-      else if (result.code === 0 && result.stdout.includes("\nfinished ")) finished = true
-      else if (!/^error RunBusy$/m.test(result.stdout)) {
-        failures.push(`${id}: life ${life + 1} ended with exit ${result.code}: ${(result.stdout + result.stderr).slice(-600)}`)
+    for (let n = 0; n < maxLives && !finished; n++) {
+      let crash: Crash | null = null
+      if (!firstKillDone && completedLives === key.life) crash = { name: key.name, occurrence: key.occurrence }
+      else if (firstKillDone && deaths < 2 && random() < 0.2) {
+        crash = { ordinal: 1 + Math.floor(random() * Math.max(1, ref.lengths[Math.min(completedLives, ref.lengths.length - 1)] ?? 1)) }
+      }
+      const result = await env.pool.run(jobOf(ref.variant, where, life, crash, false))
+      acks.push(...result.acks)
+      if (crash !== null && !firstKillDone && "name" in crash) {
+        firstKillDone = true
+        if (result.killedAt === null) {
+          if (key.timed) unreached = true
+          else failures.push(`${id}: the child of life ${n + 1} was not killed at ${key.name} #${key.occurrence} (${result.end === null ? result.exit : JSON.stringify(result.end)})`)
+        }
+      }
+      if (result.end === null) {
+        deaths++
+        if (result.killedAt === null) {
+          failures.push(`${id}: life ${n + 1} died (${result.exit}) without reaching its crash point: ${result.output.slice(-600)}`)
+          break
+        }
+        continue
+      }
+      const next = nextLife(result.end, life)
+      if (next === "fail") {
+        failures.push(`${id}: life ${n + 1} (${life}) ended with ${JSON.stringify(result.end)}: ${result.output.slice(-600)}`)
         break
       }
-      if (life === 0 && result.signal !== "SIGKILL") failures.push(`${id}: the first child was not killed at point ${point} (${ref.points[point - 1]})`)
-      // A later kill in the next life, sometimes: at a point of the points the run has left.
-      crashAt = deaths < 3 && random() < 0.3 ? 1 + Math.floor(random() * Math.max(1, ref.points.length - point)) : 0
+      if (next === "again") continue
+      completedLives++
+      if (next === "done") finished = true
+      else life = next
     }
     invariants++
     if (!finished) {
-      failures.push(`${id}: the run did not finish in ${maxLives} lives`)
-      return { id, point: ref.points[point - 1] ?? "?", deaths, invariants, failures }
+      if (failures.length === 0) failures.push(`${id}: the run did not finish in ${maxLives} lives`)
+      return { id, deaths, invariants, unreached, failures }
     }
-    const read = await readLog(files.db)
-    invariants++
-    if (read._tag === "Left") {
-      failures.push(`${id}: the log does not verify: ${read.left.message}`)
-      return { id, point: ref.points[point - 1] ?? "?", deaths, invariants, failures }
+    const runId = Ids.runId(where.runId)
+    const read = await where.read((store) =>
+      Effect.gen(function*() {
+        const log = yield* Effect.either(store.readLog(runId, { verify: true }))
+        const summary = (yield* store.listRuns()).find((s) => s.runId === where.runId)
+        return { log, summary }
+      })
+    )
+    invariants += 2
+    if (read.log._tag === "Left") {
+      failures.push(`${id}: the log does not verify: ${read.log.left.message}`)
+      return { id, deaths, invariants, unreached, failures }
     }
-    const log = read.right
-    invariants++
-    for (const problem of RunLogAudit.logProblems(log)) failures.push(`${id}: ${problem}`)
-    // Every acknowledged write is in the log.
-    const size = RunLog.size(log)
-    const acked = Fs.existsSync(files.ack) ? Fs.readFileSync(files.ack, "utf8").split("\n").filter((l) => l !== "") : []
-    for (const line of acked) {
+    // polyloop verify's audit (Verify.runFindings) on the log read in full above.
+    const findings = [
+      ...RunLogAudit.logProblems(read.log.right),
+      ...(read.summary === undefined ? ["the store does not list the run"] : RunLogAudit.summaryProblems(read.summary, read.log.right))
+    ]
+    for (const finding of findings) failures.push(`${id}: verify: ${finding}`)
+    const log = read.log.right
+    const records = RunLog.records(log)
+    for (const ack of acks) {
       invariants++
-      const last = Number(line.split(" ")[1])
-      if (!(last < size)) failures.push(`${id}: the acknowledged write of records ${line} is not in the log of ${size} records`)
-    }
-    // No "Never" call twice.
-    const executions = Scenario.readExecutions(files.side)
-    const neverSteps = new Map<number, number>()
-    for (const execution of executions) {
-      if (execution.replay === "Never") neverSteps.set(execution.step, (neverSteps.get(execution.step) ?? 0) + 1)
-    }
-    for (const [step, count] of neverSteps) {
-      invariants++
-      if (count > 1) failures.push(`${id}: the "Never" call of step ${step} ran ${count} times`)
-    }
-    // The final log is the uncrashed run's, apart from resumes and interrupted actions.
-    const mine = comparable(log)
-    const theirs = comparable(ref.log)
-    invariants++
-    if (mine.length !== theirs.length) {
-      failures.push(`${id}: ${mine.length} records apart from resumes; the uncrashed run has ${theirs.length}`)
-    } else {
-      for (let i = 0; i < mine.length; i++) {
-        const why = difference(mine[i]!, theirs[i]!)
-        if (why !== undefined) {
-          failures.push(`${id}: record ${mine[i]!.seq}: ${why}`)
-          break
-        }
+      const last = records[ack.last]
+      if (last === undefined || last.seq !== ack.last || last._tag !== ack.tag) {
+        failures.push(`${id}: the acknowledged write of records ${ack.first}..${ack.last} (${ack.tag}) is not in the log (${records.length} records)`)
       }
     }
-    return { id, point: ref.points[point - 1] ?? "?", deaths, invariants, failures }
+    const executions = Scenario.readExecutions(where.side)
+    const runs = new Map<string, number>()
+    for (const execution of executions) {
+      if (execution.replay === "Never") runs.set(`${execution.step}:${execution.callId}`, (runs.get(`${execution.step}:${execution.callId}`) ?? 0) + 1)
+    }
+    for (const [call, count] of runs) {
+      invariants++
+      if (count > 1) failures.push(`${id}: the "Never" call ${call} ran ${count} times`)
+    }
+    // A "Never" result recorded Executed ran exactly once.
+    for (const result of log.results) {
+      const action = result.action
+      const never = action._tag === "ToolCall" ? neverTools.includes(action.name) : action.code.startsWith("never ")
+      if (result.outcome.status !== "Executed" || !never) continue
+      invariants++
+      const count = action._tag === "ToolCall"
+        ? runs.get(`${result.step}:${action.id}`) ?? 0
+        : executions.filter((e) => e.step === result.step && e.replay === "Never").length
+      if (count !== 1) failures.push(`${id}: the "Never" call of step ${result.step} is recorded Executed but ran ${count} times`)
+    }
+    invariants++
+    const why = compare(log, ref.log)
+    if (why !== undefined) failures.push(`${id}: ${why}`)
+    return { id, deaths, invariants, unreached, failures }
   } finally {
-    Fs.rmSync(files.dir, { recursive: true, force: true })
+    await where.cleanup()
   }
 }
 
@@ -241,54 +453,128 @@ export interface Summary {
   readonly scenarios: number
   readonly processDeaths: number
   readonly invariantsChecked: number
+  readonly unreached: number
+  readonly childrenStarted: number
   readonly failures: ReadonlyArray<string>
   readonly seconds: number
+  readonly scenariosPerSecond: number
+  readonly byVariant: Record<string, { readonly points: number; readonly scenarios: number }>
+}
+
+/** One scenario to run. */
+export interface Work {
+  readonly ref: Reference
+  readonly point: number
+  readonly seed: number
 }
 
 /**
- * Runs every crash point `from..to` (1-based, inclusive, clamped to the run's points) of the
- * run of `steps` steps, `rounds` times with seeds `seed`, `seed + 1`, …, `concurrency` scenarios
- * at a time; `onOutcome` sees each as it ends.
+ * Runs `work`, `concurrency` scenarios at a time, on `env`; `onOutcome` sees each as it ends.
  */
-export const runAll = async (options: {
-  readonly steps: number
-  readonly seed: number
-  readonly rounds: number
-  readonly from?: number
-  readonly to?: number
-  readonly concurrency: number
-  readonly onOutcome?: (outcome: Outcome) => void
-}): Promise<Summary & { readonly reference: Reference }> => {
-  const started = performance.now()
-  const script = await childScript()
-  const ref = await reference(script, options.steps)
-  const from = Math.max(1, options.from ?? 1)
-  const to = Math.min(ref.points.length, options.to ?? ref.points.length)
-  const work: Array<{ point: number; seed: number }> = []
-  for (let round = 0; round < options.rounds; round++) {
-    for (let point = from; point <= to; point++) work.push({ point, seed: options.seed + round })
+export const runWork = async (
+  env: Env,
+  work: ReadonlyArray<Work>,
+  options: {
+    readonly concurrency: number
+    readonly onOutcome?: (outcome: Outcome) => void
+    /** Take no new scenario after this many seconds (the summary then counts those run). */
+    readonly maxSeconds?: number
   }
+): Promise<Omit<Summary, "byVariant"> & { readonly stoppedEarly: boolean }> => {
+  const started = performance.now()
+  const childrenBefore = env.pool.started()
   let next = 0
   let deaths = 0
   let invariants = 0
+  let unreached = 0
   const failures: Array<string> = []
+  let done = 0
+  const deadline = options.maxSeconds === undefined ? Number.POSITIVE_INFINITY : started + options.maxSeconds * 1000
   const worker = async () => {
-    while (next < work.length) {
+    while (next < work.length && performance.now() < deadline) {
       const item = work[next++]!
-      const outcome = await runScenario(script, ref, item.point, item.seed)
+      const outcome = await runScenario(env, item.ref, item.point, item.seed).catch((error: unknown): Outcome => ({
+        id: `${variantId(item.ref.variant)}/p${item.point}/r${item.seed}`,
+        deaths: 0,
+        invariants: 0,
+        unreached: false,
+        failures: [`${variantId(item.ref.variant)}/p${item.point}/r${item.seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}`]
+      }))
       deaths += outcome.deaths
       invariants += outcome.invariants
+      if (outcome.unreached) unreached++
       failures.push(...outcome.failures)
+      done++
       options.onOutcome?.(outcome)
     }
   }
   await Promise.all(Array.from({ length: options.concurrency }, worker))
+  const seconds = (performance.now() - started) / 1000
   return {
-    reference: ref,
-    scenarios: work.length,
+    scenarios: done,
+    stoppedEarly: done < work.length,
     processDeaths: deaths,
     invariantsChecked: invariants,
+    unreached,
+    childrenStarted: env.pool.started() - childrenBefore,
     failures,
-    seconds: (performance.now() - started) / 1000
+    seconds,
+    scenariosPerSecond: done / seconds
   }
+}
+
+/** Every crash point of each reference, `rounds` times with seeds `seed`, `seed + 1`, …; interleaved across variants. */
+export const enumerate = (refs: ReadonlyArray<Reference>, seed: number, rounds: number): ReadonlyArray<Work> => {
+  const work: Array<Work> = []
+  for (let round = 0; round < rounds; round++) {
+    const lists = refs.map((ref) => ref.keys.map((_, i) => ({ ref, point: i + 1, seed: seed + round })))
+    const longest = Math.max(0, ...lists.map((l) => l.length))
+    for (let i = 0; i < longest; i++) for (const list of lists) if (i < list.length) work.push(list[i]!)
+  }
+  return work
+}
+
+/** Parses a scenario id (`<variant>/p<point>/r<seed>`). */
+export const parseId = (id: string): { readonly variant: Variant; readonly point: number; readonly seed: number } => {
+  const match = /^([^/]+)\/p(\d+)\/r(\d+)$/.exec(id)
+  if (match === null) throw new Error(`${JSON.stringify(id)} is not a scenario id (<variant>/p<point>/r<seed>)`)
+  return { variant: parseVariant(match[1]!), point: Number(match[2]), seed: Number(match[3]) }
+}
+
+/**
+ * The suite's variants: every script on SQLite through the fault hook, the tool script also
+ * without it (appends as applications run them); with PostgreSQL the same on the suite's
+ * database, and the opening of a fresh database (its migration) for the tool script.
+ */
+export const suiteVariants = (options: { readonly pg: boolean }): ReadonlyArray<Variant> => {
+  const on = (store: StoreKind): ReadonlyArray<Variant> => [
+    { script: "tools", store, hooked: true, steps: Scripts.defaultSteps.tools },
+    { script: "tools", store, hooked: false, steps: Scripts.defaultSteps.tools },
+    { script: "multi", store, hooked: true, steps: Scripts.defaultSteps.multi },
+    { script: "code", store, hooked: true, steps: Scripts.defaultSteps.code },
+    { script: "approval", store, hooked: true, steps: Scripts.defaultSteps.approval }
+  ]
+  return [
+    ...on("sqlite"),
+    ...(options.pg ? [...on("pg"), { script: "tools", store: "pgfresh", hooked: true, steps: 2 } as const] : [])
+  ]
+}
+
+/** The references of `variants` (each run once without a crash). */
+export const references = async (env: Env, variants: ReadonlyArray<Variant>): Promise<ReadonlyArray<Reference>> => {
+  const refs: Array<Reference> = []
+  for (const variant of variants) {
+    // On the suite's database, the first run of the store migrates it: the reference is the second.
+    if (variant.store === "pg") await reference(env, variant)
+    refs.push(await reference(env, variant))
+  }
+  return refs
+}
+
+/** The points and scenarios per variant of `work`. */
+export const byVariant = (refs: ReadonlyArray<Reference>, work: ReadonlyArray<Work>): Summary["byVariant"] => {
+  const out: Record<string, { points: number; scenarios: number }> = {}
+  for (const ref of refs) out[variantId(ref.variant)] = { points: ref.keys.length, scenarios: 0 }
+  for (const item of work) out[variantId(item.ref.variant)]!.scenarios++
+  return out
 }

@@ -1,0 +1,224 @@
+/**
+ * The scripted runs of the enumerated crash suite (`chaos.ts`), shared by the child that runs
+ * them (`chaos-child.ts`) and the parent that checks them:
+ *
+ * - `tools`: one tool call per step (`crash-scenario.ts`): a `"Never"` write, an `"Always"`
+ *   echo, a reply without action, a second write, arguments that are not JSON, an unknown tool,
+ *   and the completing `submit`;
+ * - `multi`: three tool calls per reply, policies mixed (design 0150: one `ActionResulted` per
+ *   call), then `submit`;
+ * - `code`: code actions (`CodeBlockParser`) run by an executor whose policy the code names
+ *   (`never …` / `always …`), a reply without code (an invalid decision), and a last block the
+ *   environment reports as completing the run;
+ * - `approval`: a refund (`"Never"`, approval required) approved, a second one rejected, an echo
+ *   and `submit` (design 0160: the run suspends, a person decides, the run resumes).
+ *
+ * Every side effect (tool handler or code execution) appends one JSON line to the scenario's
+ * side file with `O_APPEND` (one `write(2)`, which a SIGKILL cannot cut), between the hook's
+ * "before" and "after" points, so the parent can count how often each call ran.
+ */
+import * as ActionExecutor from "@polyloop/core/ActionExecutor"
+import * as ActionOutcome from "@polyloop/core/ActionOutcome"
+import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as Approval from "@polyloop/core/Approval"
+import * as CodeBlockParser from "@polyloop/core/CodeBlockParser"
+import type * as DecisionParser from "@polyloop/core/DecisionParser"
+import type * as ModelReply from "@polyloop/core/ModelReply"
+import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as Tool from "@polyloop/core/Tool"
+import * as ToolContext from "@polyloop/core/ToolContext"
+import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as fs from "node:fs"
+import * as Scenario from "./crash-scenario.js"
+
+/** The scripted runs. */
+export const scriptNames = ["tools", "multi", "code", "approval"] as const
+export type ScriptName = (typeof scriptNames)[number]
+
+/** How many steps each script has in the suite. */
+export const defaultSteps: Record<ScriptName, number> = { tools: 7, multi: 3, code: 5, approval: 4 }
+
+/** Called just before and just after a side effect (the line appended to the side file). */
+export type EffectHook = (what: string, phase: "BeforeEffect" | "AfterEffect") => Effect.Effect<void>
+
+const usage = { inputTokens: 12, outputTokens: 3 } as const
+
+const agentOf = (name: string, steps: number): AgentDefinition.AgentDefinition =>
+  AgentDefinition.make({
+    name,
+    systemPrompt: "You are a durable agent.",
+    budget: { maxSteps: steps + 5 },
+    modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) }
+  })
+
+/** Appends one execution line to the side file, between the hook's points. */
+const sideEffect = (sideFile: string, hook: EffectHook, what: string, line: Scenario.Execution) =>
+  Effect.gen(function*() {
+    yield* hook(what, "BeforeEffect")
+    yield* Effect.sync(() => fs.appendFileSync(sideFile, JSON.stringify(line) + "\n"))
+    yield* hook(what, "AfterEffect")
+  })
+
+// ---- what the pool sends a child (chaos-child.ts) -----------------------------------------
+
+/** Where a life dies. */
+export type Crash =
+  | { readonly name: string; readonly occurrence: number }
+  | { readonly ordinal: number }
+
+/** One life of a scenario. */
+export interface Job {
+  readonly life: "run" | "decide"
+  readonly store: { readonly kind: "sqlite"; readonly file: string } | { readonly kind: "pg"; readonly url: string }
+  /** Whether appends go through the store's fault hook (record by record in a transaction). */
+  readonly hooked: boolean
+  readonly script: ScriptName
+  readonly steps: number
+  readonly runId: string
+  readonly side: string
+  readonly crash: Crash | null
+  readonly trace: boolean
+}
+
+/** How a life that was not killed ended. */
+export interface End {
+  readonly status: "finished" | "suspended" | "decided" | "error"
+  readonly detail: string
+}
+
+// ---- code actions ---------------------------------------------------------------------------
+
+const codeReplyOf = (i: number, steps: number): ModelReply.ModelReply => {
+  if (i === steps - 1) return ScriptedModel.code("js", `always finish ${i}`, { usage })
+  switch (i % 3) {
+    case 0:
+      return ScriptedModel.code("js", `never write k${i}`, { usage })
+    case 1:
+      return ScriptedModel.code("js", `always read k${i - 1}`, { preamble: "Reading it back.", usage })
+    default:
+      return ScriptedModel.text("I will think without code.", usage)
+  }
+}
+
+const codeExecutor = (sideFile: string, hook: EffectHook): ActionExecutor.ActionExecutor.Service =>
+  ActionExecutor.make({
+    replayPolicy: (action) => (action._tag === "CodeAction" && action.code.startsWith("never ") ? "Never" : "Always"),
+    execute: (action) =>
+      Effect.gen(function*() {
+        if (action._tag !== "CodeAction") return ActionOutcome.notExecuted("code actions only")
+        const ctx = Option.getOrThrow(yield* Effect.serviceOption(ToolContext.ToolContext))
+        const replay = action.code.startsWith("never ") ? "Never" : "Always"
+        yield* sideEffect(sideFile, hook, "code", { runId: ctx.runId, tool: "code", step: ctx.step, callId: ctx.callId, replay, pid: process.pid })
+        return ActionOutcome.executed(`ran: ${action.code}`, { envReportedCompletion: action.code.startsWith("always finish") })
+      })
+  })
+
+// ---- approvals ------------------------------------------------------------------------------
+
+const approvalReplyOf = (i: number, steps: number): ModelReply.ModelReply => {
+  if (i === steps - 1) return ScriptedModel.toolCall("submit", { answer: "refunds handled" }, { usage })
+  switch (i % 3) {
+    case 0:
+      return ScriptedModel.toolCall("refund", { orderId: i, amount: 100 + i }, { usage })
+    case 1:
+      return ScriptedModel.toolCall("refund", { orderId: i, amount: 900 + i }, { usage })
+    default:
+      return ScriptedModel.toolCall("echo", { text: `e${i}` }, { usage })
+  }
+}
+
+/** The decision the person of the approval script makes: approve a small refund, reject a large one. */
+export const decisionFor = (waiting: Approval.Waiting): Approval.DecideInput => {
+  const action = waiting.action
+  const amount = action._tag === "ToolCall" ? Number((action.arguments as { readonly amount?: unknown }).amount) : 0
+  return {
+    runId: waiting.runId,
+    callId: waiting.callId,
+    decision: amount < 500 ? { _tag: "Approve" } : { _tag: "Reject", reason: "too large" },
+    by: "chaos"
+  }
+}
+
+const approvalTools = (sideFile: string, hook: EffectHook) => {
+  const base = Scenario.tools(sideFile, 0, hook)
+  const refund = Tool.make({
+    name: "refund",
+    description: "Refunds an order (a person approves each refund; must not run twice).",
+    parameters: Schema.Struct({ orderId: Schema.Number, amount: Schema.Number }),
+    replayPolicy: "Never",
+    approval: "Required",
+    handler: ({ amount, orderId }) =>
+      Effect.gen(function*() {
+        const ctx = yield* ToolContext.ToolContext
+        yield* sideEffect(sideFile, hook, "refund", { runId: ctx.runId, tool: "refund", step: ctx.step, callId: ctx.callId, replay: "Never", pid: process.pid })
+        return `refunded ${amount} on order ${orderId}`
+      })
+  })
+  return ToolRegistry.make(refund, ...base.tools)
+}
+
+// ---- the runs -------------------------------------------------------------------------------
+
+/** What a child needs to run one script. */
+export interface Setup {
+  readonly agent: AgentDefinition.AgentDefinition
+  readonly replies: ReadonlyArray<ModelReply.ModelReply>
+  readonly tools: ToolRegistry.ToolRegistry<ToolContext.ToolContext>
+  readonly parser: Layer.Layer<DecisionParser.DecisionParser>
+  /** The executor: the tools' derived one, or the code executor. */
+  readonly executor: Effect.Effect<ActionExecutor.ActionExecutor.Service>
+}
+
+/** The task every script is given. */
+export const task = "Do the scripted work."
+
+/** The set-up of `script` with `steps` steps; side effects go to `sideFile`, passing `hook`. */
+export const setup = (script: ScriptName, steps: number, sideFile: string, hook: EffectHook): Setup => {
+  const toolsOf = (registry: ToolRegistry.ToolRegistry<ToolContext.ToolContext>) => Effect.orDie(registry.executor())
+  switch (script) {
+    case "tools": {
+      const tools = Scenario.tools(sideFile, 0, hook)
+      return {
+        agent: agentOf("chaos-tools", steps),
+        replies: Scenario.script(steps),
+        tools,
+        parser: NativeToolCallParser.layer({ onText: "NoAction" }),
+        executor: toolsOf(tools)
+      }
+    }
+    case "multi": {
+      const tools = Scenario.tools(sideFile, 0, hook)
+      return {
+        agent: agentOf("chaos-multi", steps),
+        replies: Scenario.multiScript(steps),
+        tools,
+        parser: NativeToolCallParser.layer({ onText: "NoAction" }),
+        executor: toolsOf(tools)
+      }
+    }
+    case "code":
+      return {
+        agent: agentOf("chaos-code", steps),
+        replies: Array.from({ length: steps }, (_, i) => codeReplyOf(i, steps)),
+        tools: ToolRegistry.empty,
+        parser: CodeBlockParser.layer({ language: "js" }),
+        executor: Effect.succeed(codeExecutor(sideFile, hook))
+      }
+    case "approval": {
+      const tools = approvalTools(sideFile, hook)
+      return {
+        agent: agentOf("chaos-approval", steps),
+        replies: Array.from({ length: steps }, (_, i) => approvalReplyOf(i, steps)),
+        tools,
+        parser: NativeToolCallParser.layer({ onText: "NoAction" }),
+        executor: toolsOf(tools)
+      }
+    }
+  }
+}
