@@ -33,7 +33,6 @@ import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as path from "node:path"
 
@@ -129,13 +128,7 @@ const program = Effect.gen(function*() {
   }
   const outcome = yield* Agent.run({ runId, agent, task, tools }).pipe(
     Effect.provide(
-      Layer.mergeAll(
-        model,
-        NativeToolCallParser.layer(),
-        ToolRegistry.layerExecutor(tools),
-        SqlRunLogStore.layerSqlite({ filename: db }),
-        EventSink.layer(print)
-      )
+      Agent.layer({ store: SqlRunLogStore.layerSqlite({ filename: db }), model, parser: NativeToolCallParser.layer(), tools, events: EventSink.layer(print) })
     ),
     Effect.map((result) => ({ _tag: "Finished" as const, result })),
     Effect.catchTag("Suspended", (suspended) => Effect.as(explain(suspended), { _tag: "Suspended" as const }))

@@ -211,13 +211,13 @@ const print = (event: LoopEvent): Effect.Effect<void> => {
 const main = Effect.gen(function*() {
   const runtime = yield* Config.string("CODE_AGENT_RUNTIME").pipe(Config.withDefault(process.execPath))
   yield* Console.log(`task: ${task}\nruntime: ${runtime}\n`)
-  const services = Layer.mergeAll(
-    ScriptedModel.layer(script),
-    CodeBlockParser.layer({ language: "javascript", aliases: ["js"], finalAnswer: { call: "final_answer" } }),
-    layerExecutor({ runtime, timeLimit: "2 seconds" }),
-    RunLogStore.layerMemory,
-    EventSink.layer(print)
-  )
+  const services = Agent.layer({
+    store: RunLogStore.inMemory(),
+    model: ScriptedModel.layer(script),
+    parser: CodeBlockParser.layer({ language: "javascript", aliases: ["js"], finalAnswer: { call: "final_answer" } }),
+    executor: layerExecutor({ runtime, timeLimit: "2 seconds" }), // the code runner instead of a registry's executor
+    events: EventSink.layer(print)
+  })
   const result = yield* Agent.run({ runId: runId("code-agent-1"), agent, task, tools: ToolRegistry.empty }).pipe(Effect.provide(services))
   yield* Console.log(`\nsteps: ${result.steps} (${result.effectiveSteps} effective)`)
   if (result.stopReason._tag !== "Completed") {

@@ -26,12 +26,10 @@ import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
 import { ToolContext } from "@polyloop/core/ToolContext"
-import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
@@ -78,13 +76,7 @@ const request = (root: string, afterTool?: GovDoc.Options["afterTool"]) => {
 }
 
 const services = (db: string, tools: ReturnType<typeof GovDoc.makeTools>, prefix: string) =>
-  Layer.mergeAll(
-    ScriptedModel.layer(GovDoc.script),
-    JsonActionParser.layer(),
-    ToolRegistry.layerExecutor(tools),
-    store(db),
-    EventSink.layer(print(prefix))
-  )
+  Agent.layer({ store: store(db), model: ScriptedModel.layer(GovDoc.script), parser: JsonActionParser.layer(), tools, events: EventSink.layer(print(prefix)) })
 
 // -----------------------------------------------------------------------------
 // The child: runs the agent, and stops dead in the middle of step 5

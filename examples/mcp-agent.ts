@@ -87,13 +87,13 @@ const main = Effect.gen(function*() {
   for (const tool of tools.tools) yield* Console.log(`  ${tool.name}: replay ${tool.replayPolicy}${tool.completesRun ? ", completes the run" : ""}`)
   yield* Console.log("")
 
-  const services = Layer.mergeAll(
-    ScriptedModel.layer(script(notes)),
-    NativeToolCallParser.layer(),
-    ToolRegistry.layerExecutor(tools),
-    SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }),
-    EventSink.layer(print)
-  ).pipe(Layer.provide(NodeContext.layer))
+  const services = Agent.layer({
+    store: SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }),
+    model: ScriptedModel.layer(script(notes)),
+    parser: NativeToolCallParser.layer(),
+    tools,
+    events: EventSink.layer(print)
+  }).pipe(Layer.provide(NodeContext.layer))
   const result = yield* Agent.run({ runId: runId("mcp-agent-1"), agent, task, tools }).pipe(Effect.provide(services))
 
   yield* Console.log(`\nsteps: ${result.steps} (${result.effectiveSteps} effective)`)

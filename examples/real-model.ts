@@ -133,13 +133,13 @@ const main = Effect.gen(function*() {
   const model = yield* Config.string("POLYLOOP_MODEL")
   yield* Console.log(`task: ${task}\nmodel: ${model}\n`)
 
-  const services = Layer.mergeAll(
-    OpenAiCompatible.layerConfig().pipe(Layer.provide(NodeHttpClient.layerUndici)),
-    NativeToolCallParser.layer(),
-    ToolRegistry.layerExecutor(tools),
-    RunLogStore.layerMemory,
-    EventSink.layer((event) => show(event))
-  )
+  const services = Agent.layer({
+    store: RunLogStore.inMemory(),
+    model: OpenAiCompatible.layerConfig().pipe(Layer.provide(NodeHttpClient.layerUndici)),
+    parser: NativeToolCallParser.layer(),
+    tools,
+    events: EventSink.layer((event) => show(event))
+  })
   const result = yield* Agent.run({ runId: runId(`real-model-${Date.now()}`), agent, task, tools }).pipe(
     Effect.provide(services)
   )

@@ -17,7 +17,6 @@ import * as EventSink from "@polyloop/core/EventSink"
 import { runId } from "@polyloop/core/Ids"
 import * as JsonActionParser from "@polyloop/core/JsonActionParser"
 import * as StopReason from "@polyloop/core/StopReason"
-import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Console from "effect/Console"
@@ -34,13 +33,13 @@ const main = Effect.gen(function*() {
   yield* GovDoc.seed(root)
   const tools = GovDoc.makeTools(root)
 
-  const services = Layer.mergeAll(
-    ScriptedModel.layer(GovDoc.script),
-    JsonActionParser.layer(),
-    ToolRegistry.layerExecutor(tools),
-    SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }),
-    EventSink.layer(print)
-  ).pipe(Layer.provide(NodeContext.layer))
+  const services = Agent.layer({
+    store: SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }),
+    model: ScriptedModel.layer(GovDoc.script),
+    parser: JsonActionParser.layer(),
+    tools,
+    events: EventSink.layer(print)
+  }).pipe(Layer.provide(NodeContext.layer))
 
   yield* Console.log(`task: ${GovDoc.task}\nworkspace: ${root}\n`)
   const result = yield* Agent.run({ runId: runId("tool-agent-1"), agent: GovDoc.agent, task: GovDoc.task, tools }).pipe(

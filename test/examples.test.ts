@@ -3,11 +3,13 @@
  * own command line), asserting on its output and exit code: the tool-calling agent, the
  * code-action agent (and its `EnvError` when the runtime cannot start), the crash-and-resume
  * walk-through, the README's example (and that the README shows exactly its code), the user's
- * own store (its contract tests are `examples/custom-store.test.ts`), the agent over an MCP
+ * own store (its contract tests are `examples/custom-store.test.ts`), `Agent.stream` behind an SSE
+ * endpoint, the agent over an MCP
  * server's tools, and the real-model example without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as fs from "node:fs"
+import * as http from "node:http"
 import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -168,9 +170,95 @@ describe("examples", () => {
     assert.match(out, /^--- open\.md\n- fix the login page\n- renew the certificate$/m)
   })
 
+  it("sse-endpoint.ts: Agent.stream behind an SSE endpoint — the reply arrives piece by piece, then each step, the result last", async () => {
+    const result = await example("sse-endpoint.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    const lines = result.stdout.trimEnd().split("\n")
+    const replies = lines.filter((line) => line.startsWith("model ▸ "))
+    assert.lengthOf(replies, 2, result.stdout)
+    // Pieces of at most 6 characters, as the scripted model streams them, that join into the replies.
+    assert.isAbove(replies[1]!.split("|").length, 10)
+    assert.strictEqual(replies[1]!.slice("model ▸ ".length).split("|").join(""), "It is 4 °C in Oslo right now: a coat, a scarf and gloves will do.")
+    assert.include(replies[0]!.split("|").join(""), "weather{\"city\":\"Oslo\"}")
+    assert.deepStrictEqual(lines.slice(-5).filter((line) => !line.startsWith("model")), [
+      "step 0 completed (Act)",
+      "step 1 completed (Finish)",
+      "result: Completed(Answer) after 2 steps"
+    ])
+  })
+
   it("real-model.ts: without POLYLOOP_API_KEY it explains what to set and exits 0", async () => {
     const result = await example("real-model.ts")
     assert.strictEqual(result.code, 0, result.stderr)
     assert.include(result.stdout, "POLYLOOP_API_KEY is not set")
   })
+
+  it("otel.ts: the run's spans reach an OTLP/HTTP endpoint — run → step → model call / tool call, with the GenAI attributes", async () => {
+    // A collector of our own on loopback: it keeps every OTLP JSON body posted to /v1/traces.
+    const bodies: Array<OtlpTraces> = []
+    const server = http.createServer((request, response) => {
+      let body = ""
+      request.setEncoding("utf8").on("data", (chunk: string) => (body += chunk))
+      request.on("end", () => {
+        if (request.method === "POST" && request.url === "/v1/traces") bodies.push(JSON.parse(body) as OtlpTraces)
+        response.writeHead(200, { "content-type": "application/json" }).end("{}")
+      })
+    })
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+    try {
+      const { port } = server.address() as { port: number }
+      const result = await example("otel.ts", { env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`, OTEL_SERVICE_NAME: "examples-test" } })
+      assert.strictEqual(result.code, 0, result.stderr)
+      assert.match(result.stdout, /^otel-\d+: Completed\(Answer\) after 2 steps$/m)
+      const resources = bodies.flatMap((body) => body.resourceSpans)
+      assert.isTrue(resources.every((r) => r.resource.attributes.some((a) => a.key === "service.name" && a.value.stringValue === "examples-test")))
+      const spans = resources.flatMap((r) => r.scopeSpans.flatMap((scope) => scope.spans))
+      const attribute = (span: OtlpSpan, key: string) => {
+        const value = span.attributes.find((a) => a.key === key)?.value
+        return value?.stringValue ?? (value?.intValue === undefined ? undefined : Number(value.intValue))
+      }
+      const named = (name: string) => spans.filter((span) => span.name === name)
+      const run = named("Agent.run")[0]!
+      assert.strictEqual(attribute(run, "gen_ai.operation.name"), "invoke_agent")
+      const steps = named("Agent.step")
+      assert.lengthOf(steps, 2)
+      for (const step of steps) assert.strictEqual(step.parentSpanId, run.spanId)
+      const models = named("Agent.model")
+      assert.lengthOf(models, 2)
+      for (const model of models) {
+        assert.isTrue(steps.some((step) => step.spanId === model.parentSpanId))
+        assert.strictEqual(model.traceId, run.traceId)
+        assert.strictEqual(attribute(model, "gen_ai.operation.name"), "chat")
+        assert.strictEqual(attribute(model, "gen_ai.request.model"), "gpt-4o-mini")
+        assert.strictEqual(attribute(model, "polyloop.run_id"), attribute(run, "polyloop.run_id"))
+      }
+      assert.deepStrictEqual(models.map((m) => [attribute(m, "gen_ai.usage.input_tokens"), attribute(m, "gen_ai.usage.output_tokens")]).sort(), [[120, 14], [160, 9]])
+      const [action] = named("Agent.action")
+      assert.strictEqual(attribute(action!, "gen_ai.operation.name"), "execute_tool")
+      assert.strictEqual(attribute(action!, "gen_ai.tool.name"), "weather")
+      assert.strictEqual(attribute(action!, "gen_ai.tool.call.id"), "call_oslo")
+      assert.strictEqual(attribute(action!, "polyloop.step"), 0)
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
 })
+
+/** The parts of an OTLP/HTTP JSON traces body (opentelemetry-proto's ExportTraceServiceRequest) read here. */
+interface OtlpValue {
+  readonly stringValue?: string
+  readonly intValue?: string | number
+}
+interface OtlpSpan {
+  readonly traceId: string
+  readonly spanId: string
+  readonly parentSpanId?: string
+  readonly name: string
+  readonly attributes: ReadonlyArray<{ readonly key: string; readonly value: OtlpValue }>
+}
+interface OtlpTraces {
+  readonly resourceSpans: ReadonlyArray<{
+    readonly resource: { readonly attributes: ReadonlyArray<{ readonly key: string; readonly value: OtlpValue }> }
+    readonly scopeSpans: ReadonlyArray<{ readonly spans: ReadonlyArray<OtlpSpan> }>
+  }>
+}

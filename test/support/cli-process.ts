@@ -16,8 +16,16 @@ export interface Result {
 
 /** Runs `node <args>`; resolves when the process exits, however it exits. */
 export const spawnNode = (args: ReadonlyArray<string>, options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}): Promise<Result> =>
+  spawnCommand(process.execPath, args, options)
+
+/** Runs `command <args>` (a program on PATH or a path); resolves when the process exits, however it exits. */
+export const spawnCommand = (
+  command: string,
+  args: ReadonlyArray<string>,
+  options: { readonly cwd?: string; readonly env?: NodeJS.ProcessEnv } = {}
+): Promise<Result> =>
   new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...args], {
+    const child = spawn(command, [...args], {
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
       env: options.env ?? process.env,
       stdio: ["ignore", "pipe", "pipe"]

@@ -55,6 +55,7 @@ import { ModelClient, type ModelRequest, type ToolDefinition } from "@polyloop/c
 import * as ModelDelta from "@polyloop/core/ModelDelta"
 import type * as ModelReply from "@polyloop/core/ModelReply"
 import type { Json, ModelSettings } from "@polyloop/core/ModelSettings"
+import * as Telemetry from "@polyloop/core/Telemetry"
 import * as ChatWire from "./internal/chatWire.js"
 import * as Errors from "./internal/errors.js"
 
@@ -323,23 +324,26 @@ export const make = (options: Options): Effect.Effect<ModelClient.Service, never
       tools: request.tools.length
     })
 
+    // The model this call asks for, on the caller's span (the loop's `Agent.model`; design 0212).
+    const annotate = (body: Record<string, unknown>) => Telemetry.annotateModel({ model: String(body.model) })
+
     const generate = (request: ModelRequest): Effect.Effect<ModelReply.ModelReply, ModelError> => {
       const body = toRequestBody(request, options.model, maxTokensParameter)
-      return Effect.flatMap(send(body), (response) =>
+      return Effect.zipRight(annotate(body), Effect.flatMap(send(body), (response) =>
         // `stream: true` set through `ModelSettings.extra`: the events are folded into the reply.
         isEventStream(response)
           ? ModelDelta.collect(eventDeltas(response))
           : Effect.flatMap(response.text.pipe(Effect.mapError(toError)), (text) => ChatWire.parseCompletion(text, endpoint))).pipe(
           Effect.timeoutFail({ duration: timeout, onTimeout: () => Errors.timeoutError(source, endpoint, timeout) }),
           Effect.withSpan("OpenAiCompatible.generate", { attributes: attributes(request, body) })
-        )
+        ))
     }
 
     // The timeout of a stream is the longest wait for its next piece (a long reply may take
     // longer than it in all); a cut is a retryable `ModelError`.
     const stream = (request: ModelRequest): Stream.Stream<ModelDelta.ModelDelta, ModelError> => {
       const body = toRequestBody(request, options.model, maxTokensParameter, true)
-      return Stream.unwrap(Effect.map(send(body), (response) =>
+      return Stream.unwrap(Effect.as(annotate(body), Stream.unwrap(Effect.map(send(body), (response) =>
         isEventStream(response)
           ? eventDeltas(response)
           : Stream.fromIterableEffect(
@@ -350,7 +354,7 @@ export const make = (options: Options): Effect.Effect<ModelClient.Service, never
           ))).pipe(
           Stream.timeoutFail(() => Errors.timeoutError(source, endpoint, timeout), timeout),
           Stream.withSpan("OpenAiCompatible.stream", { attributes: attributes(request, body) })
-        )
+        )))
     }
 
     return ModelClient.of({ generate, stream })

@@ -22,6 +22,7 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as OpenAiCompatible from "@polyloop/ai/OpenAiCompatible"
+import * as SpanRecorder from "@polyloop/testing/SpanRecorder"
 import * as FakeServer from "./FakeServer.js"
 
 const apiKey = "sk-agent-test-DO-NOT-LEAK"
@@ -205,5 +206,42 @@ describe("Agent.run through OpenAiCompatible and a fake server", () => {
       const resumed = yield* server.next
       // The resumed run sends the same history the interrupted call was sending.
       assert.deepStrictEqual(messagesOf(resumed.body), messagesOf(hanging.body))
+    }))
+})
+
+describe("Agent.run through OpenAiCompatible, traced (design 0212)", () => {
+  it.scopedLive("each Agent.model span names the client's model (not in the settings), with the wire's usage and finish reason", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      yield* server.reply(
+        toolCallReply("call_1", "read_file", "{\"path\":\"notes.txt\"}", [150, 12]),
+        textReply("The answer is 42.", [200, 6])
+      )
+      const recorder = yield* SpanRecorder.make
+      const spans = recorder.spans
+      const result = yield* Agent.run({ runId: runId("traced-1"), agent: agent({ maxSteps: 4 }), task, tools: registry }).pipe(
+        Effect.provide(Layer.merge(services(server.baseUrl), RunLogStore.inMemory())),
+        Effect.withTracer(recorder.tracer)
+      )
+      assert.strictEqual(result.steps, 2)
+      const models = spans.filter((span) => span.name === "Agent.model")
+      assert.lengthOf(models, 2)
+      const expected = [[150, 12, "tool_calls"], [200, 6, "stop"]] as const
+      models.forEach((span, step) => {
+        assert.strictEqual(span.kind, "client")
+        assert.strictEqual(span.attributes.get("gen_ai.operation.name"), "chat")
+        assert.strictEqual(span.attributes.get("gen_ai.request.model"), "fake-model")
+        assert.strictEqual(span.attributes.get("gen_ai.request.temperature"), 0)
+        assert.strictEqual(span.attributes.get("gen_ai.usage.input_tokens"), expected[step]![0])
+        assert.strictEqual(span.attributes.get("gen_ai.usage.output_tokens"), expected[step]![1])
+        assert.deepStrictEqual(span.attributes.get("gen_ai.response.finish_reasons"), [expected[step]![2]])
+      })
+      // The client's own span sits under the loop's and carries no GenAI attributes (one inference span per call).
+      const own = spans.filter((span) => span.name === "OpenAiCompatible.generate")
+      assert.lengthOf(own, 2)
+      for (const span of own) {
+        assert.strictEqual(SpanRecorder.parentName(span), "Agent.model")
+        assert.isUndefined(span.attributes.get("gen_ai.request.model"))
+      }
     }))
 })

@@ -10,12 +10,8 @@ import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Response from "@effect/ai/Response"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { assert, describe, it } from "@effect/vitest"
-import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Stream from "effect/Stream"
@@ -25,7 +21,7 @@ import * as ModelDelta from "@polyloop/core/ModelDelta"
 import * as AiModelClient from "@polyloop/ai/AiModelClient"
 import * as OpenAiResponses from "@polyloop/ai/OpenAiResponses"
 import * as FakeServer from "./FakeServer.js"
-import { clientOf, modelError } from "./helpers.js"
+import { clientOf, interruptedMidStream, modelError, streamOf } from "./helpers.js"
 import * as Replay from "./Replay.js"
 
 const area = { type: "object", properties: { area: { type: "string" } }, required: ["area"] }
@@ -70,11 +66,6 @@ const withServer = <A, E>(use: (client: ModelClient.Service, server: FakeServer.
     return yield* use(client, server)
   })
 
-const streamOf = (client: ModelClient.Service) => {
-  const stream = client.stream
-  if (stream === undefined) throw new Error("AiModelClient must stream")
-  return stream
-}
 
 describe("AiModelClient.stream: the OpenAI Responses API", () => {
   it.scopedLive("a recorded stream of two function calls folds into generate's reply to the same response", () =>
@@ -123,20 +114,8 @@ describe("AiModelClient.stream: the OpenAI Responses API", () => {
       })))
 
   it.scopedLive("interrupting the consumer closes the connection", () =>
-    withServer((client, server) =>
-      Effect.gen(function*() {
-        const events = Replay.streamEvents(file)
-        // The first call is decoded at its output_item.done (event 3); the stream then stalls.
-        yield* server.reply(FakeServer.events(events, { gate: (i) => (i === 5 ? new Promise<void>(() => undefined) : undefined) }))
-        const first = yield* Deferred.make<void>()
-        const fiber = yield* Effect.fork(ModelDelta.collect(streamOf(client)(request), () => Deferred.succeed(first, undefined)))
-        yield* Deferred.await(first)
-        const received = yield* server.next
-        yield* Fiber.interrupt(fiber)
-        const exit = yield* Fiber.await(fiber)
-        assert.isTrue(Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause))
-        yield* Deferred.await(received.abortedByClient)
-      })))
+    // The first call is decoded at its output_item.done (event 3); the server stalls at event 5.
+    withServer((client, server) => interruptedMidStream(client, server, request, Replay.streamEvents(file), 5)))
 })
 
 describe("AiModelClient.stream: parts as deltas", () => {

@@ -8,7 +8,6 @@
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { assert, describe, it } from "@effect/vitest"
-import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -33,7 +32,7 @@ import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as OpenAiCompatible from "@polyloop/ai/OpenAiCompatible"
 import * as FakeServer from "./FakeServer.js"
-import { clientOf, modelError } from "./helpers.js"
+import { clientOf, interruptedMidStream, modelError, streamOf } from "./helpers.js"
 import * as Replay from "./Replay.js"
 
 const request: ModelRequest = {
@@ -52,11 +51,6 @@ const withServer = <A, E>(use: (client: ModelClient.Service, server: FakeServer.
     return yield* use(client, server)
   })
 
-const streamOf = (client: ModelClient.Service) => {
-  const stream = client.stream
-  if (stream === undefined) throw new Error("OpenAiCompatible must stream")
-  return stream
-}
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value)
 
@@ -214,18 +208,7 @@ describe("OpenAiCompatible.stream against recorded streams", () => {
 
   it.scopedLive("interrupting the stream's consumer closes the connection", () =>
     withServer((client, server) =>
-      Effect.gen(function*() {
-        const events = Replay.streamEvents("deepseek-reasoning-tool-call.chunks.txt")
-        yield* server.reply(FakeServer.events(events, { gate: (i) => (i === 3 ? new Promise<void>(() => undefined) : undefined) }))
-        const first = yield* Deferred.make<void>()
-        const fiber = yield* Effect.fork(ModelDelta.collect(streamOf(client)(request), () => Deferred.succeed(first, undefined)))
-        yield* Deferred.await(first)
-        const received = yield* server.next
-        yield* Fiber.interrupt(fiber)
-        const exit = yield* Fiber.await(fiber)
-        assert.isTrue(Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause))
-        yield* Deferred.await(received.abortedByClient)
-      })))
+      interruptedMidStream(client, server, request, Replay.streamEvents("deepseek-reasoning-tool-call.chunks.txt"), 3)))
 })
 
 // -----------------------------------------------------------------------------

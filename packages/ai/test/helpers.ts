@@ -5,11 +5,16 @@
 import { assert } from "@effect/vitest"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import { ModelError } from "@polyloop/core/Errors"
-import { ModelClient } from "@polyloop/core/ModelClient"
+import { ModelClient, type ModelRequest } from "@polyloop/core/ModelClient"
+import * as ModelDelta from "@polyloop/core/ModelDelta"
+import * as FakeServer from "./FakeServer.js"
 
 /** The `ModelClient` of a layer, alive for the current scope. */
 export const clientOf = <E>(layer: Layer.Layer<ModelClient, E>): Effect.Effect<ModelClient.Service, E, Scope.Scope> =>
@@ -32,3 +37,33 @@ export const assertNothingLeaks = (error: ModelError, secrets: ReadonlyArray<str
     }
   }
 }
+
+/** The client's `stream` (fails the test if the client does not stream). */
+export const streamOf = (client: ModelClient.Service): NonNullable<ModelClient.Service["stream"]> => {
+  const stream = client.stream
+  if (stream === undefined) throw new Error("the client under test must stream")
+  return stream
+}
+
+/**
+ * Interrupts a stream's consumer once it has read a first delta, the server stalling before
+ * event `stallAt`: the consumer must exit interrupted, and the server see the connection close.
+ */
+export const interruptedMidStream = (
+  client: ModelClient.Service,
+  server: FakeServer.FakeServer,
+  request: ModelRequest,
+  events: ReadonlyArray<string>,
+  stallAt: number
+) =>
+  Effect.gen(function*() {
+    yield* server.reply(FakeServer.events(events, { gate: (i) => (i === stallAt ? new Promise<void>(() => undefined) : undefined) }))
+    const first = yield* Deferred.make<void>()
+    const fiber = yield* Effect.fork(ModelDelta.collect(streamOf(client)(request), () => Deferred.succeed(first, undefined)))
+    yield* Deferred.await(first)
+    const received = yield* server.next
+    yield* Fiber.interrupt(fiber)
+    const exit = yield* Fiber.await(fiber)
+    assert.isTrue(Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause))
+    yield* Deferred.await(received.abortedByClient)
+  })

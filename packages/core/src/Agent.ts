@@ -21,6 +21,7 @@
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import { identity } from "effect/Function"
 import * as Either from "effect/Either"
 import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
@@ -193,7 +194,9 @@ const generate = (run: Run, step: number) => {
       })
       return Effect.mapError(Effect.retry(again, { schedule: run.schedule, while: waitable }), explained)
     }),
-    span(run, "Agent.model", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))
+    // The GenAI attributes (design 0212): the request's before the call, the reply's after it.
+    run.traced ? Effect.tap(Tracing.annotateReply) : identity,
+    span(run, "Agent.model", () => Tracing.modelAttributes(run.runId, step, run.request.agent.modelSettings), "client")
   )
 }
 
@@ -438,7 +441,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         return yield* loop(current)
       })
     )
-  }).pipe(Effect.withSpan("Agent.run", { attributes: { "polyloop.run_id": request.runId, "polyloop.agent": request.agent.name } }))
+  }).pipe(Effect.withSpan("Agent.run", { attributes: Tracing.runAttributes(request.runId, request.agent.name) }))
 
 /** The last item of `stream`: the run's result. */
 export interface RunCompleted {

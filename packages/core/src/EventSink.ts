@@ -3,7 +3,8 @@
  *
  * Contract: a failed delivery (`EventDeliveryError`) never interrupts the loop; the loop counts
  * it in `RunResult.eventDeliveryFailures`. Events of one run are delivered in order. The loop
- * emits an event once the record it reports is durable.
+ * emits an event once the record it reports is durable (`ModelDelta`, a piece of a reply still
+ * arriving when the run streams, reports no record: design 0180).
  *
  * Shipped sinks: `layerNoop` (drops everything), `layerPubSub` (subscribers get a `Stream`
  * through the `Events` service) and `layerJsonl(path)` (one JSON line per event, appended to a

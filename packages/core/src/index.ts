@@ -160,6 +160,11 @@ export * as StopReason from "./StopReason.js"
 export * as SyntheticObservations from "./SyntheticObservations.js"
 
 /**
+ * The loop's spans in the OpenTelemetry GenAI vocabulary (design 0212): `Agent.run` is an `invoke_agent`, `Agent.model` a `chat` (kind client) with the request's model and settings and the reply's usage and finish reason, `Agent.action` an `execute_tool` with the tool's name and the call's id — beside polyloop's own `polyloop.run_id` and `polyloop.step`. Install a tracer (`@effect/opentelemetry`'s `NodeSdk.layer`) to see them; without one, the per-step spans are not made at all.
+ */
+export * as Telemetry from "./Telemetry.js"
+
+/**
  * A tool: name, description, a parameter Schema (decoded from the call's arguments; JSON Schema derived for the model), an optional handler, a replay policy, a completion marker (design 0008) and an optional approval rule (design 0160). The implementation hangs on the spec, so narrowing a registry carries it along.
  */
 export * as Tool from "./Tool.js"

@@ -20,12 +20,12 @@ import * as Tool from "@polyloop/core/Tool"
 import * as ToolContext from "@polyloop/core/ToolContext"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as SpanRecorder from "@polyloop/testing/SpanRecorder"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as Tracer from "effect/Tracer"
 
 const contexts: Array<ToolContext.ToolContext.Service> = []
 
@@ -57,27 +57,18 @@ const services = (model: Layer.Layer<ModelClient.ModelClient>, parser = NativeTo
 describe("Agent.run", () => {
   it.effect("makes a span per run, step, model call and tool call when a tracer listens, nested run > step > model / action", () =>
     Effect.gen(function*() {
-      const builtIn = yield* Effect.tracer
-      const spans: Array<Tracer.Span> = []
-      const recording = Tracer.make({
-        span: (name, parent, context, links, startTime, kind, options) => {
-          const span = builtIn.span(name, parent, context, links, startTime, kind, options)
-          spans.push(span)
-          return span
-        },
-        context: builtIn.context
-      })
+      const recorder = yield* SpanRecorder.make
+      const spans = recorder.spans
       const script = [ScriptedModel.toolCall("lookup", { word: "a" }), ScriptedModel.toolCall("lookup", { word: "b" }), ScriptedModel.text("done")]
       const request: Agent.RunRequest = { runId: Ids.runId("spans-1"), agent: agent(10), task: "Look up a and b.", tools }
-      yield* Agent.run(request).pipe(Effect.provide(services(ScriptedModel.layer(script))), Effect.withTracer(recording))
+      yield* Agent.run(request).pipe(Effect.provide(services(ScriptedModel.layer(script))), Effect.withTracer(recorder.tracer))
       const count = (name: string) => spans.filter((s) => s.name === name).length
       assert.strictEqual(count("Agent.run"), 1)
       assert.strictEqual(count("Agent.step"), 3)
       assert.strictEqual(count("Agent.model"), 3)
       assert.strictEqual(count("Agent.action"), 2)
       assert.strictEqual(count("ToolRegistry.execute"), 2)
-      const parentName = (span: Tracer.Span) =>
-        Option.match(span.parent, { onNone: () => "", onSome: (p) => (p._tag === "Span" ? p.name : "external") })
+      const parentName = SpanRecorder.parentName
       for (const span of spans) {
         if (span.name === "Agent.step") assert.strictEqual(parentName(span), "Agent.run")
         if (span.name === "Agent.model" || span.name === "Agent.action") assert.strictEqual(parentName(span), "Agent.step")

@@ -69,6 +69,16 @@ const recorder = () => {
   return { events, layer: EventSink.layer((event) => Effect.sync(() => void events.push(event))) }
 }
 
+/** Every service a run needs, the model, store and sink being the test's. */
+const services = (model: ModelClient.ModelClient.Service, store: RunLogStore.RunLogStore.Service, sink: Layer.Layer<EventSink.EventSink>) =>
+  Layer.mergeAll(
+    Layer.succeed(ModelClient.ModelClient, model),
+    NativeToolCallParser.layer(),
+    Layer.orDie(ToolRegistry.layerExecutor(tools)),
+    sink,
+    Layer.succeed(RunLogStore.RunLogStore, store)
+  )
+
 const runWith = (
   runId: string,
   model: ModelClient.ModelClient.Service,
@@ -77,13 +87,7 @@ const runWith = (
   options: { readonly streaming?: boolean; readonly maxAttempts?: number } = {}
 ) =>
   Agent.run({ runId: Ids.RunId.make(runId), agent: agent(options.maxAttempts ?? 3), task: "Look up two words.", tools, streaming: options.streaming ?? true }).pipe(
-    Effect.provide(Layer.mergeAll(
-      Layer.succeed(ModelClient.ModelClient, model),
-      NativeToolCallParser.layer(),
-      Layer.orDie(ToolRegistry.layerExecutor(tools)),
-      sink,
-      Layer.succeed(RunLogStore.RunLogStore, store)
-    ))
+    Effect.provide(services(model, store, sink))
   )
 
 /** The log without times and hashes that differ between two runs of one configuration. */
@@ -241,13 +245,7 @@ describe("a streaming run", () => {
 describe("Agent.stream", () => {
   const streamRun = (runId: string, model: ModelClient.ModelClient.Service, store: RunLogStore.RunLogStore.Service, sink: Layer.Layer<EventSink.EventSink> = EventSink.layerNoop) =>
     Agent.stream({ runId: Ids.RunId.make(runId), agent: agent(3), task: "Look up two words.", tools }).pipe(
-      Stream.provideLayer(Layer.mergeAll(
-        Layer.succeed(ModelClient.ModelClient, model),
-        NativeToolCallParser.layer(),
-        Layer.orDie(ToolRegistry.layerExecutor(tools)),
-        sink,
-        Layer.succeed(RunLogStore.RunLogStore, store)
-      ))
+      Stream.provideLayer(services(model, store, sink))
     )
 
   it.effect("yields the run's events as they happen, deltas before the reply's end, then the result; the sink in context gets them too", () =>

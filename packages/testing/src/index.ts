@@ -30,7 +30,7 @@ export * as EventSinkContract from "./EventSinkContract.js"
 export * as FaultInjection from "./FaultInjection.js"
 
 /**
- * The `ModelClient` contract suite (SPEC §5, §11): for any request, a provider that answers gives a valid `ModelReply` (exactly the provider's, with `exactReplies`); transport failures, rate limits (429) and server errors (5xx) fail with `ModelError { retryable: true }`; every other rejection (4xx) with `retryable: false`; nothing else escapes (no defect); and, when the client supports a hanging provider, interrupting `generate` aborts the call in flight. The caller maps each generated `Condition` onto its transport (e.g. a fake HTTP server on loopback answering with that status) and returns a client facing it. A client whose provider cannot express some requests (a setting its API lacks) declares them with `refuses`: it must refuse those with a non-retryable `ModelError`.
+ * The `ModelClient` contract suite (SPEC §5, §11): for any request, a provider that answers gives a valid `ModelReply` (exactly the provider's, with `exactReplies`); transport failures, rate limits (429) and server errors (5xx) fail with `ModelError { retryable: true }`; every other rejection (4xx) with `retryable: false`; nothing else escapes (no defect); and, when the client supports a hanging provider, interrupting `generate` aborts the call in flight. The caller maps each generated `Condition` onto its transport (e.g. a fake HTTP server on loopback answering with that status) and returns a client facing it. A client whose provider cannot express some requests (a setting its API lacks) declares them with `refuses`: it must refuse those with a non-retryable `ModelError`. A client that streams (design 0180) must stream what it generates: facing the same provider, its deltas fold into exactly `generate`'s reply, and it fails where `generate` fails, as retryably.
  */
 export * as ModelClientContract from "./ModelClientContract.js"
 
@@ -43,3 +43,8 @@ export * as RunLogStoreContract from "./RunLogStoreContract.js"
  * A scripted `ModelClient` for tests, examples and benchmarks: replies from a list (one per step) or from a function of the request and the step; records every request it saw; can fail a given number of times with a retryable or non-retryable `ModelError`; can be slow (on `Clock`, so `TestClock` drives it); can run a hook before replying (signal a `Deferred`, then block, to interrupt a run mid-call); can stream its replies in chunks (design 0180), slowly, holding a delta back, or cut after some of them (a retryable `ModelError`, as a lost connection is).
  */
 export * as ScriptedModel from "./ScriptedModel.js"
+
+/**
+ * A tracer that keeps every span it makes, to test a program's spans without an OpenTelemetry SDK: `const recorder = yield* SpanRecorder.make`, run the program under `Effect.withTracer(recorder.tracer)`, then read `recorder.spans` (names, parents, attributes, kinds). The spans are Effect's own (the built-in tracer makes them), so a program traced by it pays what it pays under any tracer other than the built-in one — polyloop's per-step spans are made.
+ */
+export * as SpanRecorder from "./SpanRecorder.js"

@@ -45,15 +45,20 @@ const WireUsage = Schema.Struct({
  */
 const WireContent = Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.Unknown)))
 
+/** What a message (or a chunk's delta) says besides its tool calls. */
+const wireMessageFields = {
+  content: Schema.optional(WireContent),
+  refusal: Schema.optional(Schema.NullOr(Schema.String)),
+  reasoning_content: Schema.optional(Schema.NullOr(Schema.String)),
+  reasoning: Schema.optional(Schema.NullOr(Schema.String))
+}
+
 /** The part of a chat completion polyloop reads. */
 const WireCompletion = Schema.Struct({
   choices: Schema.NonEmptyArray(
     Schema.Struct({
       message: Schema.Struct({
-        content: Schema.optional(WireContent),
-        refusal: Schema.optional(Schema.NullOr(Schema.String)),
-        reasoning_content: Schema.optional(Schema.NullOr(Schema.String)),
-        reasoning: Schema.optional(Schema.NullOr(Schema.String)),
+        ...wireMessageFields,
         tool_calls: Schema.optional(Schema.NullOr(Schema.Array(WireToolCall)))
       }),
       finish_reason: Schema.optional(Schema.NullOr(Schema.String))
@@ -100,6 +105,20 @@ const readParts = (parts: ReadonlyArray<unknown>): { readonly text: string; read
 }
 
 const nonEmpty = (text: string | null | undefined): string | undefined => (text === undefined || text === null || text === "" ? undefined : text)
+
+/**
+ * The text (of a string or of text parts), the reasoning (`reasoning_content`, `reasoning` or
+ * thinking parts, the first that is not empty) and the refusal of a message or a chunk's delta.
+ */
+const readMessage = (message: Schema.Struct.Type<typeof wireMessageFields>) => {
+  const content = message.content
+  const parts = Array.isArray(content) ? readParts(content) : undefined
+  return {
+    text: parts !== undefined ? parts.text : typeof content === "string" ? content : "",
+    reasoning: nonEmpty(message.reasoning_content) ?? nonEmpty(message.reasoning) ?? nonEmpty(parts?.thinking),
+    refusal: nonEmpty(message.refusal)
+  }
+}
 
 /**
  * The usage as billed: the prompt tokens, and the completion tokens plus the reasoning tokens
@@ -161,11 +180,7 @@ export const parseCompletion = (body: string, endpoint: string): Either.Either<M
   }
   const choice = completion.right.choices[0]
   const message = choice.message
-  const content = message.content
-  const parts = Array.isArray(content) ? readParts(content) : undefined
-  const refusal = nonEmpty(message.refusal)
-  const text = parts !== undefined ? parts.text : typeof content === "string" ? content : ""
-  const reasoning = nonEmpty(message.reasoning_content) ?? nonEmpty(message.reasoning) ?? nonEmpty(parts?.thinking)
+  const { reasoning, refusal, text } = readMessage(message)
   return Either.right(ModelReply.make({
     text: text === "" && refusal !== undefined ? refusal : text,
     toolCalls: (message.tool_calls ?? []).map((call, index) => ({
@@ -198,10 +213,7 @@ const WireToolCallDelta = Schema.Struct({
 const WireChunk = Schema.Struct({
   choices: Schema.optional(Schema.NullOr(Schema.Array(Schema.Struct({
     delta: Schema.optional(Schema.NullOr(Schema.Struct({
-      content: Schema.optional(WireContent),
-      refusal: Schema.optional(Schema.NullOr(Schema.String)),
-      reasoning_content: Schema.optional(Schema.NullOr(Schema.String)),
-      reasoning: Schema.optional(Schema.NullOr(Schema.String)),
+      ...wireMessageFields,
       tool_calls: Schema.optional(Schema.NullOr(Schema.Array(WireToolCallDelta)))
     }))),
     finish_reason: Schema.optional(Schema.NullOr(Schema.String))
@@ -234,13 +246,9 @@ const chunkDeltas = (json: unknown, endpoint: string, reading: Reading): Either.
   const choice = chunk.right.choices?.[0]
   const delta = choice?.delta
   if (delta !== undefined && delta !== null) {
-    const content = delta.content
-    const parts = Array.isArray(content) ? readParts(content) : undefined
-    const reasoning = nonEmpty(delta.reasoning_content) ?? nonEmpty(delta.reasoning) ?? nonEmpty(parts?.thinking)
+    const { reasoning, refusal, text } = readMessage(delta)
     if (reasoning !== undefined) deltas.push({ _tag: "ReasoningDelta", text: reasoning })
-    const text = parts !== undefined ? parts.text : typeof content === "string" ? content : ""
     if (text !== "") deltas.push({ _tag: "TextDelta", text })
-    const refusal = nonEmpty(delta.refusal)
     if (refusal !== undefined) deltas.push({ _tag: "RefusalDelta", text: refusal })
     const calls = delta.tool_calls ?? []
     for (let position = 0; position < calls.length; position++) {

@@ -7,6 +7,7 @@
 import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type * as Schedule from "effect/Schedule"
+import type * as Tracer from "effect/Tracer"
 import type { ActionExecutor } from "../ActionExecutor.js"
 import type { RunRequest } from "../Agent.js"
 import type { DecisionParser } from "../DecisionParser.js"
@@ -62,9 +63,11 @@ export interface Run {
  * The run span is always made.
  * @internal
  */
-export const span = (run: Run, name: string, attributes: () => Record<string, unknown>) =>
+export const span = (run: Run, name: string, attributes: () => Record<string, unknown>, kind?: Tracer.SpanKind) =>
 <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  run.traced ? Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false }) : effect
+  run.traced
+    ? Effect.withSpan(effect, name, kind === undefined ? { attributes: attributes(), captureStackTrace: false } : { attributes: attributes(), kind, captureStackTrace: false })
+    : effect
 
 /** @internal */
 export const asStep = (step: number): StepIndex => step as StepIndex

@@ -28,6 +28,7 @@ import type * as RunLog from "../RunLog.js"
 import * as ToolContext from "../ToolContext.js"
 import * as Gate from "./gate.js"
 import * as History from "./history.js"
+import * as Tracing from "./tracing.js"
 import { andThen, asStep, emit, type Run, span } from "./run.js"
 import * as State from "./state.js"
 
@@ -100,13 +101,7 @@ const execute = (
         toolContext
       )
   return effect.pipe(
-    span(run, "Agent.action", () => ({
-      "polyloop.run_id": run.runId,
-      "polyloop.step": step,
-      "polyloop.call_index": index,
-      "polyloop.action": History.actionName(action),
-      "polyloop.call_id": callId
-    }))
+    span(run, "Agent.action", () => Tracing.actionAttributes(run.runId, step, index, action, callId))
   )
 }
 
