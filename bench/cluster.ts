@@ -17,6 +17,8 @@ import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Cluster from "@polyloop/cluster/Cluster"
 import * as RunIndex from "@polyloop/cluster/RunIndex"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -48,6 +50,8 @@ interface Figure {
   readonly runs: number
   readonly seconds: number
   readonly runsPerSecond: number
+  /** How long submitting every run took (cluster figures). */
+  readonly submitSeconds?: number
 }
 
 /** The SQLite store in this process: `RUNS` runs, `concurrency` at a time. */
@@ -104,6 +108,27 @@ const spawnRunner = (url: string, id: string, port: number): { child: ChildProce
 
 const admin = (url: string) => PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
 
+/** The PostgreSQL store in this process, no cluster: `RUNS` runs, `concurrency` at a time, on a fresh database. */
+const pgFigure = (serverUrl: string, concurrency: number): Effect.Effect<Figure, unknown> =>
+  Effect.scoped(Effect.gen(function*() {
+    const name = `bench_pg_${Date.now().toString(36)}`
+    const pg = yield* admin(serverUrl)
+    yield* Effect.acquireRelease(pg.unsafe(`CREATE DATABASE ${name}`), () => pg.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).pipe(Effect.ignore))
+    const parsed = new URL(serverUrl)
+    parsed.pathname = `/${name}`
+    const store = yield* Layer.build(SqlRunLogStore.layerPg({ url: Redacted.make(parsed.toString()), maxConnections: concurrency + 4 })).pipe(
+      Effect.map((context) => Context.get(context, RunLogStore.RunLogStore))
+    )
+    const model = F.model(F.replies(STEPS))
+    const start = now()
+    yield* Effect.forEach(Array.from({ length: RUNS }, (_, i) => `run-${i}`), (id) => F.runOn(store, model, F.request(id, STEPS)), {
+      concurrency,
+      discard: true
+    })
+    const seconds = (now() - start) / 1000
+    return { setup: `PostgreSQL store, one process, no cluster, ${concurrency} runs at once`, runs: RUNS, seconds: round(seconds, 2), runsPerSecond: round(RUNS / seconds) }
+  }))
+
 /** `RUNS` runs through a cluster of `runners` runner processes on a fresh database. */
 const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure, unknown> =>
   Effect.scoped(Effect.gen(function*() {
@@ -133,6 +158,7 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
       )
       const start = now()
       yield* Effect.forEach(Array.from({ length: RUNS }, (_, i) => `run-${i}`), (id) => Cluster.submit(id, {}), { concurrency: 16, discard: true })
+      const submitted = (now() - start) / 1000
       yield* RunIndex.list({ status: "Finished" }).pipe(
         Effect.filterOrFail((rows) => rows.length === RUNS),
         Effect.retry(Schedule.spaced(Duration.millis(50))),
@@ -143,7 +169,8 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
         setup: `cluster, ${runners} runner process${runners === 1 ? "" : "es"} (${maxConcurrentRuns} runs at once each), PostgreSQL`,
         runs: RUNS,
         seconds: round(seconds, 2),
-        runsPerSecond: round(RUNS / seconds)
+        runsPerSecond: round(RUNS / seconds),
+        submitSeconds: round(submitted, 2)
       } satisfies Figure
     }).pipe(
       Effect.provide(
@@ -173,17 +200,20 @@ const main = async () => {
     await sqliteFigure(16) // warm-up
     figures.push(await sqliteFigure(maxConcurrentRuns))
     figures.push(await sqliteFigure(maxConcurrentRuns * 3))
+    log("PostgreSQL store in one process")
+    figures.push(await Effect.runPromise(pgFigure(serverUrl, maxConcurrentRuns)))
     for (const runners of [1, 3]) {
       log(`cluster with ${runners} runner(s)`)
       figures.push(await Effect.runPromise(clusterFigure(serverUrl, runners)))
     }
-    const machine = `${os.cpus()[0]?.model ?? "unknown"}, ${os.availableParallelism()} cores, Node ${process.version}`
+    const load = os.loadavg().map((l) => l.toFixed(1)).join(" / ")
+    const machine = `${os.cpus()[0]?.model ?? "unknown"}, ${os.availableParallelism()} cores, Node ${process.version}, load average at the end ${load} (1/5/15 min)`
     const result = { date: new Date().toISOString(), machine, runs: RUNS, steps: STEPS, figures }
     fs.writeFileSync(path.join(benchDir, "results.cluster.json"), JSON.stringify(result, null, 2) + "\n")
     const table = [
-      "| setup | runs | seconds | runs/s |",
-      "|---|---:|---:|---:|",
-      ...figures.map((f) => `| ${f.setup} | ${f.runs} | ${f.seconds} | ${f.runsPerSecond} |`)
+      "| setup | runs | seconds | runs/s | of which submitting (s) |",
+      "|---|---:|---:|---:|---:|",
+      ...figures.map((f) => `| ${f.setup} | ${f.runs} | ${f.seconds} | ${f.runsPerSecond} | ${f.submitSeconds ?? "—"} |`)
     ].join("\n")
     fs.writeFileSync(
       path.join(benchDir, "CLUSTER.md"),
