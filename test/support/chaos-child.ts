@@ -72,6 +72,8 @@ let ordinal = 0
 const occurrences = new Map<string, number>()
 /** Statements before the store is ready are the opening's (probe, WAL, migration). */
 let opening = false
+/** A renewal's update ran and its read of the holder has not: that read is the renewal's. */
+let renewing = false
 
 const pass = (name: string): void => {
   const current = job
@@ -98,8 +100,16 @@ const statementPoint = (source: string): string | null => {
   if (/^COMMIT/i.test(text)) return "commit"
   if (/polyloop_claims/.test(text)) {
     if (/^INSERT/i.test(text)) return "claim upsert"
-    if (/^UPDATE/i.test(text)) return "renew"
     if (/^DELETE/i.test(text)) return "release"
+    if (/^UPDATE/i.test(text)) {
+      // A renewal (on its timer) updates the lease, then reads who holds it.
+      renewing = true
+      return "renew"
+    }
+    if (renewing) {
+      renewing = false
+      return "renew check"
+    }
     return "claim read"
   }
   if (/polyloop_append/.test(text)) return "append statement"
@@ -266,6 +276,7 @@ const runJob = async (next: Job) => {
   ordinal = 0
   occurrences.clear()
   opening = false
+  renewing = false
   const end = await Effect.runPromise(life(next))
   job = null
   report(`e ${JSON.stringify(end)}`)
