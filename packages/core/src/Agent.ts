@@ -441,7 +441,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         return yield* loop(current)
       })
     )
-  }).pipe(Effect.withSpan("Agent.run", { attributes: Tracing.runAttributes(request.runId, request.agent.name) }))
+  }).pipe(Effect.withSpan("Agent.run", { attributes: Tracing.runAttributes(request.runId, request.agent.name), captureStackTrace: false }))
 
 /** The last item of `stream`: the run's result. */
 export interface RunCompleted {
