@@ -10,6 +10,7 @@
  *   CHAOS_ID='tools.sqlite.hooked.s7/p17/r4' npm run chaos # replay one scenario by its id
  *   CHAOS_SCENARIOS=1000 npm run chaos                    # fewer
  *   CHAOS_PG=0 npm run chaos                              # SQLite only
+ *   CHAOS_VARIANTS=tools.sqlite,approval npm run chaos    # the variants whose ids start so
  *   CHAOS_MAX_SECONDS=3000 npm run chaos                  # stop taking scenarios after 50 minutes (the summary says so)
  *
  * PostgreSQL: the server at `POLYLOOP_TEST_PG_URL`, else a private one started here
@@ -48,7 +49,10 @@ const main = async () => {
       return
     }
     const target = Number(process.env["CHAOS_SCENARIOS"] ?? 10_000)
-    const variants = Chaos.suiteVariants({ pg: pgUrl !== undefined })
+    const only = process.env["CHAOS_VARIANTS"]?.split(",").filter((v) => v !== "")
+    const variants = Chaos.suiteVariants({ pg: pgUrl !== undefined }).filter((v) =>
+      only === undefined || only.some((prefix) => Chaos.variantId(v).startsWith(prefix))
+    )
     const refs = await Chaos.references(env, variants)
     const points = refs.reduce((n, ref) => n + ref.keys.length, 0)
     const rounds = Math.ceil(target / points)

@@ -10,6 +10,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Cluster from "@polyloop/cluster/Cluster"
 import * as ClusterRunner from "@polyloop/cluster/ClusterRunner"
+import * as RunIndex from "@polyloop/cluster/RunIndex"
 import type * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as Approval from "@polyloop/core/Approval"
@@ -94,7 +95,11 @@ const runnerLayer = (url: string, port: number) => {
     retryBaseDelay: Duration.millis(100)
   })
   const layer = runner.pipe(
-    Layer.provideMerge(ClusterRunner.layerSocket({ host: "127.0.0.1", port, timings })),
+    Layer.provideMerge(
+      ClusterRunner.layerSocket({ host: "127.0.0.1", port, timings }).pipe(
+        Layer.provide(SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 4 }))
+      )
+    ),
     Layer.provideMerge(services),
     Layer.provideMerge(sql)
   )
@@ -191,4 +196,19 @@ describe.sequential("@polyloop/cluster in one process", () => {
         assert.deepStrictEqual(all.map((e) => e.runId).sort(), ["run-a", "run-b", "run-bad", "run-big", "run-big2", "run-broken", "run-c"])
       }).pipe(Effect.provide(runnerLayer(url, port)))
     }), 180_000)
+
+  it.scopedLive("the run index before its migration: a typed StoreError saying what to run, not a crash", () =>
+    Effect.gen(function*() {
+      const url = yield* freshDatabaseUrl("cluster_unmigrated")
+      const error = yield* Effect.flip(RunIndex.list().pipe(Effect.provide(SqlRunLogStore.layerPgClient({ url: Redacted.make(url) }))))
+      assert.strictEqual(error._tag, "StoreError")
+      assert.strictEqual(error.reason, "SchemaVersion")
+      assert.include(error.message, "RunIndex.migrate")
+      const entries = yield* Effect.gen(function*() {
+        yield* RunIndex.migrate
+        yield* RunIndex.migrate
+        return yield* RunIndex.list()
+      }).pipe(Effect.provide(SqlRunLogStore.layerPgClient({ url: Redacted.make(url) })))
+      assert.deepStrictEqual(entries, [])
+    }))
 })

@@ -3,7 +3,8 @@
  * own command line), asserting on its output and exit code: the tool-calling agent, the
  * code-action agent (and its `EnvError` when the runtime cannot start), the crash-and-resume
  * walk-through, the README's example (and that the README shows exactly its code), the user's
- * own store (its contract tests are `examples/custom-store.test.ts`), the agent over an MCP
+ * own store (its contract tests are `examples/custom-store.test.ts`), `Agent.stream` behind an SSE
+ * endpoint, the agent over an MCP
  * server's tools, and the real-model example without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -167,6 +168,23 @@ describe("examples", () => {
     assert.match(out, /^stop: Completed\(Tool\)$/m)
     assert.match(out, /^steps: 6 \(5 effective\)$/m)
     assert.match(out, /^--- open\.md\n- fix the login page\n- renew the certificate$/m)
+  })
+
+  it("sse-endpoint.ts: Agent.stream behind an SSE endpoint — the reply arrives piece by piece, then each step, the result last", async () => {
+    const result = await example("sse-endpoint.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    const lines = result.stdout.trimEnd().split("\n")
+    const replies = lines.filter((line) => line.startsWith("model ▸ "))
+    assert.lengthOf(replies, 2, result.stdout)
+    // Pieces of at most 6 characters, as the scripted model streams them, that join into the replies.
+    assert.isAbove(replies[1]!.split("|").length, 10)
+    assert.strictEqual(replies[1]!.slice("model ▸ ".length).split("|").join(""), "It is 4 °C in Oslo right now: a coat, a scarf and gloves will do.")
+    assert.include(replies[0]!.split("|").join(""), "weather{\"city\":\"Oslo\"}")
+    assert.deepStrictEqual(lines.slice(-5).filter((line) => !line.startsWith("model")), [
+      "step 0 completed (Act)",
+      "step 1 completed (Finish)",
+      "result: Completed(Answer) after 2 steps"
+    ])
   })
 
   it("real-model.ts: without POLYLOOP_API_KEY it explains what to set and exits 0", async () => {

@@ -448,6 +448,23 @@ export const runScenario = async (env: Env, ref: Reference, point: number, seed:
   }
 }
 
+/**
+ * CPU seconds used so far by this process and by its children that have ended (the pool's dead
+ * children; `/proc/self/stat`'s `cutime`/`cstime`, zero where there is no `/proc`): a figure of
+ * the suite's cost that does not depend on what else the machine runs.
+ */
+const cpuSeconds = (): { readonly parent: number; readonly children: number } => {
+  const own = process.cpuUsage()
+  let children = 0
+  try {
+    const fields = Fs.readFileSync("/proc/self/stat", "utf8").split(") ")[1]!.split(" ")
+    children = (Number(fields[13]) + Number(fields[14])) / 100
+  } catch {
+    children = 0
+  }
+  return { parent: (own.user + own.system) / 1e6, children }
+}
+
 /** Totals of a set of scenarios. */
 export interface Summary {
   readonly scenarios: number
@@ -458,6 +475,9 @@ export interface Summary {
   readonly failures: ReadonlyArray<string>
   readonly seconds: number
   readonly scenariosPerSecond: number
+  /** CPU seconds of the parent and of the children that ended (live pool children not counted). */
+  readonly cpuSeconds: { readonly parent: number; readonly children: number }
+  readonly cpuSecondsPerScenario: number
   readonly byVariant: Record<string, { readonly points: number; readonly scenarios: number }>
 }
 
@@ -482,6 +502,7 @@ export const runWork = async (
   }
 ): Promise<Omit<Summary, "byVariant"> & { readonly stoppedEarly: boolean }> => {
   const started = performance.now()
+  const cpuBefore = cpuSeconds()
   const childrenBefore = env.pool.started()
   let next = 0
   let deaths = 0
@@ -510,7 +531,11 @@ export const runWork = async (
   }
   await Promise.all(Array.from({ length: options.concurrency }, worker))
   const seconds = (performance.now() - started) / 1000
+  const cpuAfter = cpuSeconds()
+  const cpu = { parent: cpuAfter.parent - cpuBefore.parent, children: cpuAfter.children - cpuBefore.children }
   return {
+    cpuSeconds: cpu,
+    cpuSecondsPerScenario: done === 0 ? 0 : (cpu.parent + cpu.children) / done,
     scenarios: done,
     stoppedEarly: done < work.length,
     processDeaths: deaths,

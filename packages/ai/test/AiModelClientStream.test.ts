@@ -19,6 +19,7 @@ import * as Message from "@polyloop/core/Message"
 import type { ModelClient, ModelRequest } from "@polyloop/core/ModelClient"
 import * as ModelDelta from "@polyloop/core/ModelDelta"
 import * as AiModelClient from "@polyloop/ai/AiModelClient"
+import * as Anthropic from "@polyloop/ai/Anthropic"
 import * as OpenAiResponses from "@polyloop/ai/OpenAiResponses"
 import * as FakeServer from "./FakeServer.js"
 import { clientOf, interruptedMidStream, modelError, streamOf } from "./helpers.js"
@@ -116,6 +117,60 @@ describe("AiModelClient.stream: the OpenAI Responses API", () => {
   it.scopedLive("interrupting the consumer closes the connection", () =>
     // The first call is decoded at its output_item.done (event 3); the server stalls at event 5.
     withServer((client, server) => interruptedMidStream(client, server, request, Replay.streamEvents(file), 5)))
+})
+
+describe("AiModelClient.stream: Anthropic's Messages API", () => {
+  const recorded = "anthropic-text-tool-use.chunks.txt"
+  const tools = [{ name: "updateIssueList", description: "Updates the issue list", parameters: { type: "object", properties: {} } }]
+  const anthropicRequest: ModelRequest = { ...request, tools }
+
+  /** The one message the recorded events amount to: the started message, its blocks completed, the final stop reason and usage. */
+  const wholeMessage = () => {
+    const events = Replay.streamText(recorded).split("\n").map((line) => JSON.parse(line) as Record<string, unknown>)
+    const start = events.find((e) => e.type === "message_start")
+    const message = isRecord(start) && isRecord(start.message) ? start.message : {}
+    const blocks: Array<Record<string, unknown>> = []
+    const json: Array<string> = []
+    let stopReason: unknown = null
+    let usage: Record<string, unknown> = isRecord(message.usage) ? message.usage : {}
+    for (const e of events) {
+      const index = typeof e.index === "number" ? e.index : -1
+      if (e.type === "content_block_start" && isRecord(e.content_block)) {
+        blocks[index] = { ...e.content_block }
+        json[index] = ""
+      }
+      if (e.type === "content_block_delta" && isRecord(e.delta)) {
+        if (e.delta.type === "text_delta") blocks[index]!.text = `${String(blocks[index]!.text)}${String(e.delta.text)}`
+        if (e.delta.type === "input_json_delta") json[index] = `${json[index]}${String(e.delta.partial_json)}`
+      }
+      if (e.type === "content_block_stop" && blocks[index]!.type === "tool_use" && json[index] !== "") blocks[index]!.input = JSON.parse(json[index]!)
+      if (e.type === "message_delta" && isRecord(e.delta)) {
+        stopReason = e.delta.stop_reason
+        if (isRecord(e.usage)) usage = { ...usage, ...e.usage }
+      }
+    }
+    return { ...message, content: blocks, stop_reason: stopReason, usage }
+  }
+
+  it.scopedLive("a recorded stream of text and a tool use folds into generate's reply to the same message", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      const client = yield* clientOf(
+        Anthropic.layer({ model: "claude-sonnet-4-5", baseUrl: server.baseUrl, apiKey: Redacted.make("sk-ant-DO-NOT-LEAK") }).pipe(
+          Layer.provide(NodeHttpClient.layerUndici)
+        )
+      )
+      yield* server.reply(FakeServer.events(Replay.streamEvents(recorded)), FakeServer.json(wholeMessage()))
+      const deltas = Chunk.toReadonlyArray(yield* Stream.runCollect(streamOf(client)(anthropicRequest)))
+      const whole = yield* client.generate(anthropicRequest)
+      const folded = ModelDelta.fold(deltas)
+      assert.deepStrictEqual(folded, whole)
+      assert.strictEqual(folded.text, "I'll update the issue list for you.")
+      assert.deepStrictEqual(folded.toolCalls, [{ id: "toolu_01QE1WLsSVp5hy5Q3GmGTmjP", name: "updateIssueList", argumentsText: "{}" }])
+      assert.strictEqual(folded.finishReason, "tool-calls")
+      assert.strictEqual(folded.usage.outputTokens, 48)
+      assert.deepStrictEqual(deltas.filter((d) => d._tag === "TextDelta").length, 2)
+    }))
 })
 
 describe("AiModelClient.stream: parts as deltas", () => {

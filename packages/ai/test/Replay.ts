@@ -44,12 +44,17 @@ export const streamText = (file: string): string => fs.readFileSync(new URL(file
  * A recorded stream as the events a server sends, each with its blank line: a `.sse` file is
  * split at its blank lines; a `.chunks.txt` file (one chunk's JSON per line, as vercel/ai keeps
  * its recordings) becomes one `data:` event per line and the closing `data: [DONE]`, as the
- * Chat Completions API sends them.
+ * Chat Completions API sends them — or, for Anthropic's (`anthropic-*`), one event per line
+ * named by its `type` (`event: message_start`), as the Messages API sends them.
  */
 export const streamEvents = (file: string): ReadonlyArray<string> => {
   const text = streamText(file)
   if (file.endsWith(".sse")) return text.split(/\n\n/).filter((event) => event.trim() !== "").map((event) => `${event}\n\n`)
-  return [...text.split("\n").filter((line) => line.trim() !== "").map((line) => `data: ${line}\n\n`), "data: [DONE]\n\n"]
+  const lines = text.split("\n").filter((line) => line.trim() !== "")
+  if (file.startsWith("anthropic-")) {
+    return lines.map((line) => `event: ${(JSON.parse(line) as { readonly type: string }).type}\ndata: ${line}\n\n`)
+  }
+  return [...lines.map((line) => `data: ${line}\n\n`), "data: [DONE]\n\n"]
 }
 
 /** The JSON chunks of a recorded Chat Completions stream (`[DONE]` left out). */

@@ -20,9 +20,11 @@ import * as MessageStorage from "@effect/cluster/MessageStorage"
 import * as Sharding from "@effect/cluster/Sharding"
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Agent from "@polyloop/core/Agent"
+import * as Agent from "@polyloop/core/Agent"
 import type * as Approval from "@polyloop/core/Approval"
 import { StoreError } from "@polyloop/core/Errors"
+import { runId as makeRunId } from "@polyloop/core/Ids"
+import { RunLogStore } from "@polyloop/core/RunLogStore"
 import type * as RunLog from "@polyloop/core/RunLog"
 import type { ConfigError } from "effect/ConfigError"
 import * as Duration from "effect/Duration"
@@ -109,13 +111,27 @@ const statusOf = (entry: RunIndex.Entry): Status => {
   }
 }
 
-/** Where a run is: from its index row (a run submitted before its row was written is `Submitted`). */
+/**
+ * Where a run is: from its index row, and from its log when the row says it is not over yet (a
+ * runner that finished a run while the database was failing may not have updated its row; the
+ * log's `RunFinished` is what counts).
+ */
 export const status = (
   runId: string
-): Effect.Effect<Status, StoreError, SqlClient.SqlClient | Sharding.Sharding | MessageStorage.MessageStorage> =>
+): Effect.Effect<Status, StoreError, SqlClient.SqlClient | Sharding.Sharding | MessageStorage.MessageStorage | RunLogStore> =>
   Effect.gen(function*() {
     const row = yield* RunIndex.entry(runId)
-    if (Option.isSome(row)) return statusOf(row.value)
+    if (Option.isSome(row)) {
+      const indexed = statusOf(row.value)
+      if (indexed._tag === "Finished" || indexed._tag === "Failed") return indexed
+      // The log's `RunFinished` wins over a row whose last write was lost (design 0200).
+      const store = yield* RunLogStore
+      const log = yield* store.readLog(makeRunId(runId))
+      return Option.match(log.finished, {
+        onNone: () => indexed,
+        onSome: (finished) => ({ _tag: "Finished" as const, entry: row.value, result: Agent.resultOf(makeRunId(runId), finished) })
+      })
+    }
     // A runner writes a row for a run it meets without one (submitted by an older client).
     return Option.isSome(yield* startRequestId(runId))
       ? { _tag: "Submitted" as const, runId, entry: Option.none() }
@@ -147,7 +163,7 @@ const awaitRun = (
 ): Effect.Effect<
   Agent.RunResult,
   RunFailed | NotSubmitted | StoreError,
-  SqlClient.SqlClient | Sharding.Sharding | MessageStorage.MessageStorage
+  SqlClient.SqlClient | Sharding.Sharding | MessageStorage.MessageStorage | RunLogStore
 > =>
   status(runId).pipe(
     Effect.flatMap((s): Effect.Effect<Agent.RunResult, RunFailed | NotSubmitted | typeof pending> => {
@@ -231,7 +247,7 @@ const startRequestId = (runId: string) =>
  */
 export const retry = (
   runId: string
-): Effect.Effect<boolean, StoreError | NotSubmitted, SqlClient.SqlClient | Sharding.Sharding | MessageStorage.MessageStorage> =>
+): Effect.Effect<boolean, StoreError | NotSubmitted, SqlClient.SqlClient | Sharding.Sharding | MessageStorage.MessageStorage | RunLogStore> =>
   Effect.gen(function*() {
     const row = yield* RunIndex.entry(runId)
     if (Option.isNone(row)) return yield* new NotSubmitted({ runId })

@@ -133,6 +133,7 @@ export const layer = <P, I, E, R>(
       Schedule.intersect(Schedule.recurs(Math.max(0, (options.maxFailures ?? 5) - 1)))
     )
     const pollInterval = options.suspendedPollInterval ?? Duration.seconds(5)
+    const indexRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.upTo(Duration.seconds(30)))
 
     const build = Effect.gen(function*() {
       const address = yield* Entity.CurrentAddress
@@ -142,9 +143,14 @@ export const layer = <P, I, E, R>(
       const live = yield* Ref.make<Omit<LiveStatus, "runId" | "runner">>({ state: "Idle", attempts: 0 })
       const wake = yield* Queue.sliding<void>(1)
 
-      /** Index writes are bookkeeping: a failed one is logged, never fails the run. */
+      /**
+       * Index writes are bookkeeping: retried for a while (the database may be restarting), then
+       * logged; they never fail the run. A finished run whose row was not updated is still
+       * reported finished (`Cluster.status` reads the log).
+       */
       const record = (payloadText: string, change: RunIndex.Transition) =>
         RunIndex.transition(runId, payloadText, { runner, ...change }).pipe(
+          Effect.retry(indexRetry),
           Effect.catchAll((error) => Effect.logWarning("cluster: could not update the run index", error)),
           Effect.annotateLogs({ runId, runner })
         )

@@ -15,7 +15,7 @@ export * as Cluster from "./Cluster.js"
 export * as ClusterRunner from "./ClusterRunner.js"
 
 /**
- * A polyloop run as an `@effect/cluster` entity (design 0200): the entity `polyloop/Run`, keyed by the run id, and its three messages. `Start` (persisted, one per run: its primary key is fixed) carries the JSON payload the application turns into a `RunRequest`; its reply is the run's end. `Decide` (persisted, one per call id) records a person's decision and wakes the suspended run. `Status` (volatile) asks the runner holding the entity what it is doing.
+ * A polyloop run as an `@effect/cluster` entity (design 0200): the entity `polyloop/Run`, keyed by the run id, and its three messages. `Start` (persisted, one per run: its primary key is fixed) carries the JSON payload the application turns into a `RunRequest`; its reply is the run's end. `Decide` (persisted, one per call id and decision) records a person's decision and wakes the suspended run. `Status` (volatile) asks the runner holding the entity what it is doing.
  */
 export * as RunEntity from "./RunEntity.js"
 

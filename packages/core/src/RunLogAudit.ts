@@ -14,7 +14,10 @@
  * - steps: each `StepCompleted` follows a `ModelReplied` of its step, no step completes twice,
  *   replies go step by step (a reply for step n + 1 only after step n completed);
  * - the end: nothing but approvals after `RunFinished`; `RunFinished`'s counters agree with
- *   the steps.
+ *   the steps;
+ * - approvals (design 0160): a request follows its step's reply; a decision follows the request
+ *   of its call, bound to the same action hash, and no call is decided twice; a call that was
+ *   requested ran (`Executed`) only after a decision approving it.
  *
  * `summaryProblems` compares a store's summary of a run (`listRuns`) with the one the log gives
  * (`RunLogStore.summarize`).
@@ -97,6 +100,54 @@ export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
         break
     }
   }
+  problems.push(...approvalProblems(records))
+  return problems
+}
+
+/** The approval rules of `logProblems` (design 0160). */
+const approvalProblems = (records: ReadonlyArray<RunLog.RunRecord>): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const replied = new Set<number>()
+  const requested = new Map<string, RunLog.ApprovalRequested>()
+  const decided = new Map<string, RunLog.ApprovalDecided>()
+  const key = (step: number, callId: string) => `${step}/${callId}`
+  for (const record of records) {
+    switch (record._tag) {
+      case "ModelReplied":
+        replied.add(record.step)
+        break
+      case "ApprovalRequested":
+        if (!replied.has(record.step)) problems.push(`record ${record.seq}: ApprovalRequested for call ${record.callId} of step ${record.step} before the step's reply`)
+        requested.set(key(record.step, record.callId), record)
+        break
+      case "ApprovalDecided": {
+        const request = requested.get(key(record.step, record.callId))
+        const earlier = decided.get(key(record.step, record.callId))
+        if (request === undefined) {
+          problems.push(`record ${record.seq}: ApprovalDecided for call ${record.callId} of step ${record.step}, which was not requested before it`)
+        } else if (request.actionHash !== record.actionHash) {
+          problems.push(`record ${record.seq}: ApprovalDecided for call ${record.callId} of step ${record.step} is bound to another action than its request (record ${request.seq})`)
+        }
+        if (earlier !== undefined) problems.push(`record ${record.seq}: call ${record.callId} of step ${record.step} decided again (first at record ${earlier.seq})`)
+        else decided.set(key(record.step, record.callId), record)
+        break
+      }
+      case "ActionResulted": {
+        if (record.outcome.status !== "Executed" || record.action._tag !== "ToolCall") break
+        const k = key(record.step, record.action.id)
+        if (!requested.has(k)) break
+        const decision = decided.get(k)
+        if (decision === undefined || decision.decision._tag !== "Approve") {
+          problems.push(`record ${record.seq}: call ${record.action.id} of step ${record.step} ran without an approval (it was requested at record ${requested.get(k)!.seq})`)
+        }
+        break
+      }
+      default:
+        break
+    }
+  }
+  // A request without a decision is not a problem: the run waits for it, or ended while a call
+  // waited (an error, its budget).
   return problems
 }
 

@@ -319,8 +319,9 @@ export const defaultPgConnectTimeout: Duration.Duration = PgSettings.defaultConn
 
 /**
  * A PostgreSQL client for the store (`PgClient | SqlClient`); a server that cannot be reached
- * fails with `StoreError { reason: "Unavailable" }` naming it. Share it with `Worker` by
- * providing it to both: `SqlRunLogStore.layer(options).pipe(Layer.provideMerge(layerPgClient(…)))`.
+ * fails with `StoreError { reason: "Unavailable" }` naming it. Share it with the application (and
+ * `@polyloop/cluster`'s runner) by providing it to both:
+ * `SqlRunLogStore.layer(options).pipe(Layer.provideMerge(layerPgClient(…)))`.
  *
  * `connectTimeout` defaults to 10 seconds (`@effect/sql-pg` waits without end): it bounds the
  * first connection, each new pooled one, and the wait for a free connection when all are in

@@ -9,7 +9,7 @@ import { ConcurrentWriter } from "@polyloop/core/Errors"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
-import * as Worker from "@polyloop/sql/Worker"
+import * as SqlMigration from "@polyloop/sql/SqlMigration"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -115,7 +115,7 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       assert.strictEqual(rows.length, 1)
     }))
 
-  it.scopedLive("many workers starting at once on an empty database all get the schema (store and queue)", () =>
+  it.scopedLive("many workers starting at once on an empty database all get the schema (store, and a package's own tables through SqlMigration)", () =>
     Effect.gen(function*() {
       const url = yield* freshSchemaUrl
       const stores = yield* Effect.all(
@@ -123,11 +123,24 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
         { concurrency: "unbounded" }
       )
       assert.deepStrictEqual(stores.filter(Either.isLeft).map((e) => e.left.message), [])
-      const queues = yield* Effect.all(
-        Array.from({ length: 8 }, () => Effect.either(Worker.migrate.pipe(Effect.provide(client(url))))),
+      // A package with its own tables (as @polyloop/cluster's run index): 8 processes migrate it
+      // at once; each migration is applied once.
+      const own = SqlMigration.run({
+        table: "own_migrations",
+        what: "own tables",
+        loader: Migrator.fromRecord({
+          "1_create": Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE own_items (id integer PRIMARY KEY)`),
+          "2_fill": Effect.flatMap(SqlClient.SqlClient, (sql) => sql`INSERT INTO own_items (id) VALUES (1)`)
+        })
+      })
+      const owns = yield* Effect.all(
+        Array.from({ length: 8 }, () => Effect.either(own.pipe(Effect.provide(client(url))))),
         { concurrency: "unbounded" }
       )
-      assert.deepStrictEqual(queues.filter(Either.isLeft).map((e) => e.left.message), [])
+      assert.deepStrictEqual(owns.filter(Either.isLeft).map((e) => e.left.message), [])
+      const sql = yield* openClient(url)
+      assert.deepStrictEqual(yield* sql`SELECT id FROM own_items`, [{ id: 1 }])
+      assert.deepStrictEqual((yield* sql`SELECT migration_id FROM own_migrations ORDER BY migration_id`).map((r) => r["migration_id"]), [1, 2])
     }))
 
   it.scopedLive("migrators starting at once, each on a pool of one connection, apply every migration exactly once", () =>

@@ -29,7 +29,7 @@ export type Connect = <A, E>(use: (conn: Connection) => Effect.Effect<A, E>) => 
 /**
  * A connection reserved from the client for each operation (`SqlClient.reserve`, its wait shielded
  * from interruption where the driver would lose the connection: `reserve.ts`): the client may be
- * shared (a `Worker`, the application), and the reservation keeps other fibers' statements out
+ * shared (the application, a cluster runner), and the reservation keeps other fibers' statements out
  * of an open transaction.
  */
 export const reservePerOperation = (sql: SqlClient.SqlClient): Connect => (use) => Effect.scoped(Effect.flatMap(reserve(sql), use))

@@ -1,0 +1,234 @@
+/**
+ * Runs per second through `@polyloop/cluster` (design 0200) with 1 and 3 runner processes on
+ * this machine, against the SQLite store in one process — the same workload: `--runs` runs
+ * (default 300) of `--steps` steps (default 5) each, the benchmarks' no-op tool and precomputed
+ * replies (so what is measured is polyloop and its storage, not a model).
+ *
+ *   npm run bench:cluster -- [--runs 300] [--steps 5] [--pg <url>]
+ *
+ * The cluster figures run on PostgreSQL: `--pg` names a server (a database is created and
+ * dropped per figure), else a private one is started as the tests do (`test/support/pg-server.ts`).
+ * A figure is timed from the first `submit` to the last run's `Finished` row, after the runners
+ * are up and their shards settled. Writes `bench/results.cluster.json` and `bench/CLUSTER.md`.
+ */
+import * as Reactivity from "@effect/experimental/Reactivity"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Cluster from "@polyloop/cluster/Cluster"
+import * as RunIndex from "@polyloop/cluster/RunIndex"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { clusterTimings, maxConcurrentRuns, shardsPerGroup } from "./lib/cluster-settings.js"
+import * as F from "./lib/fixtures.js"
+import { now, round } from "./lib/measure.js"
+import { withSqlite } from "./lib/store.js"
+
+const benchDir = path.dirname(fileURLToPath(import.meta.url))
+const repoRoot = path.resolve(benchDir, "..")
+const argv = process.argv.slice(2)
+const option = (name: string): string | undefined => {
+  const i = argv.indexOf(name)
+  return i < 0 ? undefined : argv[i + 1]
+}
+const RUNS = Number(option("--runs") ?? 300)
+const STEPS = Number(option("--steps") ?? 5)
+const log = (message: string) => process.stderr.write(`[bench cluster] ${message}\n`)
+
+interface Figure {
+  readonly setup: string
+  readonly runs: number
+  readonly seconds: number
+  readonly runsPerSecond: number
+  /** How long submitting every run took (cluster figures). */
+  readonly submitSeconds?: number
+}
+
+/** The SQLite store in this process: `RUNS` runs, `concurrency` at a time. */
+const sqliteFigure = async (concurrency: number): Promise<Figure> => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-bench-cluster-"))
+  try {
+    const model = F.model(F.replies(STEPS))
+    const seconds = await withSqlite(path.join(dir, "runs.db"), (store) =>
+      Effect.gen(function*() {
+        const start = now()
+        yield* Effect.forEach(
+          Array.from({ length: RUNS }, (_, i) => `run-${i}`),
+          (id) => F.runOn(store, model, F.request(id, STEPS)),
+          { concurrency, discard: true }
+        )
+        return (now() - start) / 1000
+      }))
+    return { setup: `SQLite, one process, ${concurrency} runs at once`, runs: RUNS, seconds: round(seconds, 2), runsPerSecond: round(RUNS / seconds) }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+const freePort = async (): Promise<number> => {
+  const net = await import("node:net")
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.on("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+const spawnRunner = (url: string, id: string, port: number): { child: ChildProcess; ready: Promise<void>; exited: Promise<void> } => {
+  const child = spawn(process.execPath, ["--conditions=@polyloop/source", "--import", "tsx", path.join(benchDir, "lib", "cluster-runner.ts"), url, id, String(port), String(STEPS)], {
+    cwd: repoRoot,
+    stdio: ["ignore", "pipe", "inherit"]
+  })
+  const exited = new Promise<void>((resolve) => child.on("close", () => resolve()))
+  const ready = new Promise<void>((resolve, reject) => {
+    let out = ""
+    child.stdout?.setEncoding("utf8")
+    child.stdout?.on("data", (chunk: string) => {
+      out += chunk
+      if (out.includes(`ready ${id}\n`)) resolve()
+    })
+    void exited.then(() => reject(new Error(`runner ${id} exited before it was ready`)))
+  })
+  return { child, ready, exited }
+}
+
+const admin = (url: string) => PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+
+/** The PostgreSQL store in this process, no cluster: `RUNS` runs, `concurrency` at a time, on a fresh database. */
+const pgFigure = (serverUrl: string, concurrency: number): Effect.Effect<Figure, unknown> =>
+  Effect.scoped(Effect.gen(function*() {
+    const name = `bench_pg_${Date.now().toString(36)}`
+    const pg = yield* admin(serverUrl)
+    yield* Effect.acquireRelease(pg.unsafe(`CREATE DATABASE ${name}`), () => pg.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).pipe(Effect.ignore))
+    const parsed = new URL(serverUrl)
+    parsed.pathname = `/${name}`
+    const store = yield* Layer.build(SqlRunLogStore.layerPg({ url: Redacted.make(parsed.toString()), maxConnections: concurrency + 4 })).pipe(
+      Effect.map((context) => Context.get(context, RunLogStore.RunLogStore))
+    )
+    const model = F.model(F.replies(STEPS))
+    const start = now()
+    yield* Effect.forEach(Array.from({ length: RUNS }, (_, i) => `run-${i}`), (id) => F.runOn(store, model, F.request(id, STEPS)), {
+      concurrency,
+      discard: true
+    })
+    const seconds = (now() - start) / 1000
+    return { setup: `PostgreSQL store, one process, no cluster, ${concurrency} runs at once`, runs: RUNS, seconds: round(seconds, 2), runsPerSecond: round(RUNS / seconds) }
+  }))
+
+/** `RUNS` runs through a cluster of `runners` runner processes on a fresh database. */
+const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure, unknown> =>
+  Effect.scoped(Effect.gen(function*() {
+    const name = `bench_cluster_${runners}_${Date.now().toString(36)}`
+    const pg = yield* admin(serverUrl)
+    yield* Effect.acquireRelease(pg.unsafe(`CREATE DATABASE ${name}`), () => pg.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).pipe(Effect.ignore))
+    const parsed = new URL(serverUrl)
+    parsed.pathname = `/${name}`
+    const url = parsed.toString()
+    const procs = yield* Effect.forEach(Array.from({ length: runners }, (_, i) => i), (i) =>
+      Effect.acquireRelease(
+        Effect.promise(() => freePort()).pipe(Effect.map((port) => spawnRunner(url, `runner-${i}`, port))),
+        (runner) => Effect.promise(() => {
+          runner.child.kill("SIGTERM")
+          return runner.exited
+        })
+      ))
+    yield* Effect.promise(() => Promise.all(procs.map((p) => p.ready)))
+    return yield* Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      // The shards settled: every shard's advisory lock held, by every runner.
+      yield* sql<{ locks: number | string; holders: number | string }>`SELECT count(*) AS locks, count(DISTINCT pid) AS holders
+        FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`.pipe(
+        Effect.filterOrFail(([row]) => Number(row?.locks) === shardsPerGroup && Number(row?.holders) === runners),
+        Effect.retry(Schedule.spaced(Duration.millis(200))),
+        Effect.timeout(Duration.minutes(2))
+      )
+      const start = now()
+      yield* Effect.forEach(Array.from({ length: RUNS }, (_, i) => `run-${i}`), (id) => Cluster.submit(id, {}), { concurrency: 16, discard: true })
+      const submitted = (now() - start) / 1000
+      yield* RunIndex.list({ status: "Finished" }).pipe(
+        Effect.filterOrFail((rows) => rows.length === RUNS),
+        Effect.retry(Schedule.spaced(Duration.millis(50))),
+        Effect.timeout(Duration.minutes(10))
+      )
+      const seconds = (now() - start) / 1000
+      return {
+        setup: `cluster, ${runners} runner process${runners === 1 ? "" : "es"} (${maxConcurrentRuns} runs at once each), PostgreSQL`,
+        runs: RUNS,
+        seconds: round(seconds, 2),
+        runsPerSecond: round(RUNS / seconds),
+        submitSeconds: round(submitted, 2)
+      } satisfies Figure
+    }).pipe(
+      Effect.provide(
+        Cluster.layerClient({ timings: clusterTimings, shardsPerGroup }).pipe(
+          Layer.provideMerge(SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 8 }))
+        )
+      )
+    )
+  }))
+
+interface PgServerModule {
+  readonly start: (options?: { readonly database?: string }) => Promise<{ readonly url: string; readonly stop: () => void }>
+}
+
+const main = async () => {
+  let serverUrl = option("--pg")
+  let stop = () => {}
+  if (serverUrl === undefined) {
+    const PgServer = (await import(pathToFileURL(path.join(repoRoot, "test", "support", "pg-server.ts")).href)) as PgServerModule
+    const server = await PgServer.start({ database: "bench" })
+    serverUrl = server.url
+    stop = server.stop
+  }
+  try {
+    const figures: Array<Figure> = []
+    log(`SQLite, ${RUNS} runs of ${STEPS} steps`)
+    await sqliteFigure(16) // warm-up
+    figures.push(await sqliteFigure(maxConcurrentRuns))
+    figures.push(await sqliteFigure(maxConcurrentRuns * 3))
+    log("PostgreSQL store in one process")
+    figures.push(await Effect.runPromise(pgFigure(serverUrl, maxConcurrentRuns)))
+    for (const runners of [1, 3]) {
+      log(`cluster with ${runners} runner(s)`)
+      figures.push(await Effect.runPromise(clusterFigure(serverUrl, runners)))
+    }
+    const load = os.loadavg().map((l) => l.toFixed(1)).join(" / ")
+    const machine = `${os.cpus()[0]?.model ?? "unknown"}, ${os.availableParallelism()} cores, Node ${process.version}, load average at the end ${load} (1/5/15 min)`
+    const result = { date: new Date().toISOString(), machine, runs: RUNS, steps: STEPS, figures }
+    fs.writeFileSync(path.join(benchDir, "results.cluster.json"), JSON.stringify(result, null, 2) + "\n")
+    const table = [
+      "| setup | runs | seconds | runs/s | of which submitting (s) |",
+      "|---|---:|---:|---:|---:|",
+      ...figures.map((f) => `| ${f.setup} | ${f.runs} | ${f.seconds} | ${f.runsPerSecond} | ${f.submitSeconds ?? "—"} |`)
+    ].join("\n")
+    fs.writeFileSync(
+      path.join(benchDir, "CLUSTER.md"),
+      `# Runs per second through the cluster (design 0200)\n\n` +
+        `\`npm run bench:cluster\` — ${RUNS} runs of ${STEPS} steps each (the no-op tool, precomputed replies), ` +
+        `${result.date}, ${machine}. A cluster figure is timed from the first \`submit\` to the last \`Finished\` row ` +
+        `(runners already up, shards settled); runners, client and PostgreSQL share this machine.\n\n${table}\n`
+    )
+    process.stdout.write(`${table}\n`)
+  } finally {
+    stop()
+  }
+}
+
+void main().catch((error) => {
+  process.stderr.write(`${error instanceof Error ? error.stack : String(error)}\n`)
+  process.exitCode = 1
+})
