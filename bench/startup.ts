@@ -24,12 +24,8 @@
  * Results are merged into `bench/results.startup.json` (or `--out`) under the label, with the
  * machine, its load and the time.
  */
-import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
-import * as EventSink from "@polyloop/core/EventSink"
 import * as Ids from "@polyloop/core/Ids"
-import * as ModelClient from "@polyloop/core/ModelClient"
-import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
@@ -64,22 +60,9 @@ const dir = Raw.dataDir(benchDir)
 let counter = 0
 const nextId = (prefix: string) => `${prefix}-${process.pid}-${counter++}`
 
-/**
- * Services for one run, built for it: what `Agent.layer({ store, model, parser, tools })` merges,
- * spelled out so that this file also runs on the code before `Agent.layer` (the "before" figures).
- */
-const services = <E>(store: Layer.Layer<RunLogStore.RunLogStore, E>, steps: number) =>
-  Layer.mergeAll(
-    store,
-    Layer.succeed(ModelClient.ModelClient, F.model(F.replies(steps))),
-    NativeToolCallParser.layer(),
-    Layer.effect(ActionExecutor.ActionExecutor, Effect.orDie(F.tools.executor())),
-    EventSink.layerNoop
-  )
-
 /** A run of `steps` steps with its services (and a fresh in-memory store) built for it. */
 const memoryRun = (steps: number) =>
-  Agent.run(F.request(nextId("mem"), steps)).pipe(Effect.provide(services(RunLogStore.layerMemory, steps)))
+  Agent.run(F.request(nextId("mem"), steps)).pipe(Effect.provide(F.servicesFor(RunLogStore.layerMemory, steps)))
 
 /** A figure as wall ms and as CPU ms of this process (the CPU figure is what a loaded machine disturbs least). */
 interface Timed {
@@ -122,7 +105,7 @@ const withOpenSqlite = <A>(filename: string, use: (store: RunLogStore.RunLogStor
 /** The fixed cost's parts, each measured alone on `store`. */
 const parts = async (store: RunLogStore.RunLogStore.Service, n: number) => {
   const request = F.request("parts", 1)
-  const buildServices = await wallMs(n, () => Effect.scoped(Layer.build(services(RunLogStore.layerMemory, 1))))
+  const buildServices = await wallMs(n, () => Effect.scoped(Layer.build(F.servicesFor(RunLogStore.layerMemory, 1))))
   const snapshotHash = await wallMs(n, () => Effect.sync(() => Snapshot.hash(Agent.snapshotOf(request, "native-tool-calls"))))
   const claim = await wallMs(n, () => Effect.scoped(store.claim(Ids.runId(nextId("claim")))))
   const startedFinished = await wallMs(n, () => {
@@ -216,7 +199,7 @@ const main = async () => {
     const fresh = path.join(dir, `fresh-${i}.db`)
     const started = now()
     await Effect.runPromise(Agent.run(F.request(nextId("sql50"), steps)).pipe(
-      Effect.provide(services(SqlRunLogStore.layerSqlite({ filename: fresh }), steps))
+      Effect.provide(F.servicesFor(SqlRunLogStore.layerSqlite({ filename: fresh }), steps))
     ))
     sqlite50.push(((now() - started) * 1000) / steps)
     const raw = path.join(dir, `raw-${i}.db`)

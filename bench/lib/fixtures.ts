@@ -17,6 +17,7 @@ import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 
@@ -101,4 +102,18 @@ export const runOn = (
 ): Effect.Effect<Agent.RunResult, RunError> =>
   Agent.run(req).pipe(
     Effect.provide(loopServices.pipe(Context.add(ModelClient.ModelClient, modelClient), Context.add(RunLogStore.RunLogStore, store)))
+  )
+
+/**
+ * Services for one run, built for it: what `Agent.layer({ store, model, parser, tools })` merges,
+ * spelled out so that the short-run benchmarks also run on the code before `Agent.layer` (their
+ * "before" figures).
+ */
+export const servicesFor = <E>(store: Layer.Layer<RunLogStore.RunLogStore, E>, steps: number) =>
+  Layer.mergeAll(
+    store,
+    Layer.succeed(ModelClient.ModelClient, model(replies(steps))),
+    NativeToolCallParser.layer(),
+    Layer.effect(ActionExecutor.ActionExecutor, Effect.orDie(tools.executor())),
+    EventSink.layerNoop
   )
