@@ -49,10 +49,18 @@ export const replyFor = (step: number): ModelReply.ModelReply =>
 /** Precomputed replies for steps `0 … count-1`. */
 export const replies = (count: number): ReadonlyArray<ModelReply.ModelReply> => Array.from({ length: count }, (_, k) => replyFor(k))
 
+const agents = new Map<number, AgentDefinition.AgentDefinition>()
+/** One definition per step budget, as an application defines its agent once (its snapshot's encoding is then cached). */
+const agentFor = (maxSteps: number): AgentDefinition.AgentDefinition => {
+  let found = agents.get(maxSteps)
+  if (found === undefined) agents.set(maxSteps, found = agent(maxSteps))
+  return found
+}
+
 /** The request of a run of `maxSteps` steps. */
 export const request = (runId: string, maxSteps: number): Agent.RunRequest => ({
   runId: Ids.runId(runId),
-  agent: agent(maxSteps),
+  agent: agentFor(maxSteps),
   task: "Call the noop tool until the budget runs out.",
   tools
 })

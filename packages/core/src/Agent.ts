@@ -114,7 +114,7 @@ export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult 
  * `defaultParallelToolCalls` is the value of an unset `parallelToolCalls` (see `Snapshot.Input`).
  */
 export const snapshotOf = (request: RunRequest, parserId: string, defaultParallelToolCalls: boolean = true): Snapshot.Encoded =>
-  Snapshot.encode(Snapshot.make({ agent: request.agent, task: request.task, tools: request.tools, parserId, defaultParallelToolCalls }))
+  Snapshot.encodeInput({ agent: request.agent, task: request.task, tools: request.tools, parserId, defaultParallelToolCalls })
 
 const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
 
