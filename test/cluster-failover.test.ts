@@ -134,8 +134,11 @@ describe.sequential("runs as cluster entities across runner processes", () => {
           assert.deepStrictEqual(newcomerExit, { code: 0, signal: null }, `${newcomer.id} did not exit cleanly: ${newcomer.stderr()}`)
 
           // Every run finished exactly once, no step twice, no Never call twice for one step (the
-          // kills, and the graceful stop that interrupts a tool, may cut a step).
-          const { cut, logs } = yield* checkExactlyOnce(ids, new Set([...kills.map((k) => k.victim.id), survivor.id]))
+          // kills, the graceful stop that interrupts a tool, and a retry in place — a store error
+          // or a lease lost on this loaded machine, counted in the run's row — may cut a step).
+          const interrupted = new Set([...kills.map((k) => k.victim.id), survivor.id])
+          const attempts = new Map(index.map((e) => [e.runId, e.attempts]))
+          const { cut, logs } = yield* checkExactlyOnce(ids, (id, worker) => interrupted.has(worker) || (attempts.get(id) ?? 0) >= 2)
           assert.isAtLeast(cut, 1, "no kill cut a step between its side effect and its record")
 
           // The dead runners' runs finished elsewhere; the started ones were resumed.
@@ -151,9 +154,11 @@ describe.sequential("runs as cluster entities across runner processes", () => {
               const entry = byId.get(id)!
               assert.isFalse(Option.contains(entry.runner, kill.victim.address), `${id} was finished by the killed ${kill.victim.id}`)
             }
-            for (const id of kill.started) assert.isTrue(resumedAt.has(id), `${id} was not resumed after ${kill.victim.id} died`)
+            // The first resume after the kill (a run may also have been retried in place before it).
+            const resumedAfter = (id: string) => logs.get(id)!.resumes.find((r) => r.at >= kill.killedAt)?.at
+            for (const id of kill.started) assert.isDefined(resumedAfter(id), `${id} was not resumed after ${kill.victim.id} died`)
             assert.isAbove(kill.started.length, 0, `no run of ${kill.victim.id} had started`)
-            const delays = kill.started.map((id) => resumedAt.get(id)! - kill.killedAt).sort((a, b) => a - b)
+            const delays = kill.started.map((id) => resumedAfter(id)! - kill.killedAt).sort((a, b) => a - b)
             lines.push(
               `${kill.victim.id}: ${kill.held.length} run(s) held, ${kill.started.length} resumed elsewhere; ` +
                 `failover ${(delays[0]! / 1000).toFixed(1)} s to the first resume, ${(delays[delays.length - 1]! / 1000).toFixed(1)} s to the last`

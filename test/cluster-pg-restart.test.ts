@@ -91,7 +91,7 @@ describe.sequential("the cluster across a PostgreSQL restart", () => {
           exits.forEach((exit, i) => assert.deepStrictEqual(exit, { code: 0, signal: null }, `runner-${i}: ${runners[i]!.stderr()}`))
 
           // The restart cut runs like a kill cuts them: any runner may leave a cut step.
-          const { cut, logs } = yield* checkExactlyOnce(ids, new Set(runners.map((r) => r.id)))
+          const { cut, logs } = yield* checkExactlyOnce(ids, () => true)
           const resumed = [...logs.values()].filter((log) => log.resumes.length > 0).length
           console.log(
             `cluster across a PostgreSQL restart: ${RUNS} runs finished once each; ${resumed} resumed, ${cut} step(s) cut; ` +

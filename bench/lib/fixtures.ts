@@ -17,6 +17,7 @@ import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 
@@ -48,10 +49,18 @@ export const replyFor = (step: number): ModelReply.ModelReply =>
 /** Precomputed replies for steps `0 … count-1`. */
 export const replies = (count: number): ReadonlyArray<ModelReply.ModelReply> => Array.from({ length: count }, (_, k) => replyFor(k))
 
+const agents = new Map<number, AgentDefinition.AgentDefinition>()
+/** One definition per step budget, as an application defines its agent once (its snapshot's encoding is then cached). */
+const agentFor = (maxSteps: number): AgentDefinition.AgentDefinition => {
+  let found = agents.get(maxSteps)
+  if (found === undefined) agents.set(maxSteps, found = agent(maxSteps))
+  return found
+}
+
 /** The request of a run of `maxSteps` steps. */
 export const request = (runId: string, maxSteps: number): Agent.RunRequest => ({
   runId: Ids.runId(runId),
-  agent: agent(maxSteps),
+  agent: agentFor(maxSteps),
   task: "Call the noop tool until the budget runs out.",
   tools
 })
@@ -101,4 +110,18 @@ export const runOn = (
 ): Effect.Effect<Agent.RunResult, RunError> =>
   Agent.run(req).pipe(
     Effect.provide(loopServices.pipe(Context.add(ModelClient.ModelClient, modelClient), Context.add(RunLogStore.RunLogStore, store)))
+  )
+
+/**
+ * Services for one run, built for it: what `Agent.layer({ store, model, parser, tools })` merges,
+ * spelled out so that the short-run benchmarks also run on the code before `Agent.layer` (their
+ * "before" figures).
+ */
+export const servicesFor = <E>(store: Layer.Layer<RunLogStore.RunLogStore, E>, steps: number) =>
+  Layer.mergeAll(
+    store,
+    Layer.succeed(ModelClient.ModelClient, model(replies(steps))),
+    NativeToolCallParser.layer(),
+    Layer.effect(ActionExecutor.ActionExecutor, Effect.orDie(tools.executor())),
+    EventSink.layerNoop
   )

@@ -27,10 +27,11 @@ export interface Checked {
 }
 
 /**
- * Checks the invariants over `ids`; `killed` names the processes (the `worker` column of
- * `tool_executions`) allowed to leave a side effect without its result.
+ * Checks the invariants over `ids`; `mayCut(runId, worker)` says whether an execution of that run
+ * on that process (the `worker` column of `tool_executions`) may have been left without its
+ * result: the process was killed or stopped, or the run was retried in place.
  */
-export const checkExactlyOnce = (ids: ReadonlyArray<string>, killed: ReadonlySet<string>) =>
+export const checkExactlyOnce = (ids: ReadonlyArray<string>, mayCut: (runId: string, worker: string) => boolean) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const store = yield* SqlRunLogStore.make()
@@ -66,7 +67,7 @@ export const checkExactlyOnce = (ids: ReadonlyArray<string>, killed: ReadonlySet
       const result = results.get(`${e.run_id}/${e.step}`)
       assert.isDefined(result, `execution ${e.run_id}/${e.step} has no result in the log`)
       if (result!.outcome.status !== "Executed") {
-        assert.isTrue(killed.has(e.worker), `${e.run_id}/${e.step} lost its result without a kill (ran on ${e.worker})`)
+        assert.isTrue(mayCut(e.run_id, e.worker), `${e.run_id}/${e.step} lost its result without a kill or a retry (ran on ${e.worker})`)
         assert.deepStrictEqual(result!.outcome, { ...result!.outcome, status: "NotExecuted", observationIsSynthetic: true })
       }
     }

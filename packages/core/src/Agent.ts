@@ -114,7 +114,7 @@ export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult 
  * `defaultParallelToolCalls` is the value of an unset `parallelToolCalls` (see `Snapshot.Input`).
  */
 export const snapshotOf = (request: RunRequest, parserId: string, defaultParallelToolCalls: boolean = true): Snapshot.Encoded =>
-  Snapshot.encode(Snapshot.make({ agent: request.agent, task: request.task, tools: request.tools, parserId, defaultParallelToolCalls }))
+  Snapshot.encodeInput({ agent: request.agent, task: request.task, tools: request.tools, parserId, defaultParallelToolCalls })
 
 const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
 
@@ -441,7 +441,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         return yield* loop(current)
       })
     )
-  }).pipe(Effect.withSpan("Agent.run", { attributes: Tracing.runAttributes(request.runId, request.agent.name) }))
+  }).pipe(Effect.withSpan("Agent.run", { attributes: Tracing.runAttributes(request.runId, request.agent.name), captureStackTrace: false }))
 
 /** The last item of `stream`: the run's result. */
 export interface RunCompleted {

@@ -195,6 +195,59 @@ export const encode = (snapshot: Snapshot): Encoded => {
   return { value: JSON.parse(json), json, hash: sha256(json) }
 }
 
+/** The task text stood in by a placeholder while a definition's encoding is cached. */
+const taskPlaceholder = "\u0000polyloop:task\u0000"
+
+/** A definition's encoded snapshot with the task left out: the canonical text around it and the value. */
+interface Template {
+  readonly before: string
+  readonly after: string
+  readonly value: Readonly<Record<string, unknown>>
+}
+
+/** Freezes a JSON value and everything in it (a template's value is shared by every run's snapshot). */
+const deepFreeze = <A>(value: A): A => {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    for (const member of Object.values(value)) deepFreeze(member)
+    Object.freeze(value)
+  }
+  return value
+}
+
+const templates = new WeakMap<AgentDefinition.AgentDefinition, WeakMap<ToolRegistry<unknown>, Map<string, Template | null>>>()
+
+const templateOf = (input: Input): Template | null => {
+  let byTools = templates.get(input.agent)
+  if (byTools === undefined) templates.set(input.agent, byTools = new WeakMap())
+  let byParser = byTools.get(input.tools)
+  if (byParser === undefined) byTools.set(input.tools, byParser = new Map())
+  const key = `${input.defaultParallelToolCalls ?? true}\u0000${input.parserId}`
+  const cached = byParser.get(key)
+  if (cached !== undefined) return cached
+  const encoded = encode(make({ ...input, task: taskPlaceholder }))
+  const marker = JSON.stringify(taskPlaceholder)
+  const at = encoded.json.indexOf(marker)
+  // Only when the placeholder appears once (a definition could hold that text itself): else no template.
+  const template = at < 0 || encoded.json.indexOf(marker, at + 1) >= 0
+    ? null
+    : { before: encoded.json.slice(0, at), after: encoded.json.slice(at + marker.length), value: deepFreeze(encoded.value as Readonly<Record<string, unknown>>) }
+  byParser.set(key, template)
+  return template
+}
+
+/**
+ * `encode(make(input))`, with the encoding of the definition (agent, tools, parser) done once
+ * per definition and registry and only the task spliced in per run: an `AgentDefinition` and a
+ * `ToolRegistry` are immutable values, and the task is a plain string whose canonical form is
+ * its JSON text. Gives exactly what `encode(make(input))` gives.
+ */
+export const encodeInput = (input: Input): Encoded => {
+  const template = templateOf(input)
+  if (template === null) return encode(make(input))
+  const json = `${template.before}${JSON.stringify(input.task)}${template.after}`
+  return { value: { ...template.value, task: input.task }, json, hash: sha256(json) }
+}
+
 /** The hash of any recorded snapshot value (canonicalised first). */
 export const hash = (value: unknown): string => sha256(canonicalJson(value))
 

@@ -155,4 +155,35 @@ describe("Snapshot", () => {
     const equal = Snapshot.canonicalJson(a) === Snapshot.canonicalJson(b)
     assert.strictEqual(Snapshot.diff(JSON.parse(JSON.stringify(a)), JSON.parse(JSON.stringify(b))).length === 0, equal)
   })
+
+  it.prop(
+    "encodeInput (the definition encoded once, the task spliced in) gives exactly encode(make(input)), for any task",
+    [fc.string({ unit: "grapheme" }), fc.boolean(), fc.constantFrom("P(1)", "P(2)")],
+    ([task, parallel, parserId]) => {
+      const each: Snapshot.Input = { ...input, task, parserId, defaultParallelToolCalls: parallel }
+      const expected = Snapshot.encode(Snapshot.make(each))
+      for (let i = 0; i < 2; i++) {
+        const got = Snapshot.encodeInput(each)
+        assert.strictEqual(got.json, expected.json)
+        assert.strictEqual(got.hash, expected.hash)
+        assert.deepStrictEqual(got.value, expected.value)
+        assert.deepStrictEqual(Object.keys(got.value as object), Object.keys(expected.value as object))
+      }
+    }
+  )
+
+  it("encodeInput: a definition holding the task placeholder's text, a new definition or new tools are encoded afresh", () => {
+    const tricky = AgentDefinition.make({ name: "tricky", systemPrompt: "\u0000polyloop:task\u0000", budget: { maxSteps: 5 } })
+    for (const each of [{ ...input, agent: tricky }, { ...input, agent: tricky, task: "\u0000polyloop:task\u0000" }]) {
+      assert.strictEqual(Snapshot.encodeInput(each).json, Snapshot.encode(Snapshot.make(each)).json)
+    }
+    const first = Snapshot.encodeInput(input)
+    const other = AgentDefinition.make({ name: "other", systemPrompt: "Be brief.", budget: { maxSteps: 10, maxDuration: Duration.minutes(2) }, modelSettings: { model: "m-1", temperature: 0 } })
+    const renamed = Snapshot.encodeInput({ ...input, agent: other })
+    assert.notStrictEqual(renamed.hash, first.hash)
+    assert.strictEqual(renamed.json, Snapshot.encode(Snapshot.make({ ...input, agent: other })).json)
+    const fewer = Snapshot.encodeInput({ ...input, tools: ToolRegistry.make(read) })
+    assert.notStrictEqual(fewer.hash, first.hash)
+    assert.strictEqual(Snapshot.encodeInput(input).hash, first.hash)
+  })
 })

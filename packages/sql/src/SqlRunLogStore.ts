@@ -43,10 +43,11 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import { driverCause, migrationStorageFailure, storeError } from "./internal/errors.js"
 import * as Lease from "./internal/lease.js"
 import { serialized } from "./internal/migrationLock.js"
@@ -184,6 +185,13 @@ export const migrate = (
     const migrations = yield* migrationsFor(sql)
     const latest = latestVersion(migrations)
     const context = { operation: "migrating the schema", path: options.path }
+    // The common case, an existing store of this version: one read, no migrator (its table
+    // probe, transaction and bookkeeping cost more than opening the file). A store without the
+    // bookkeeping table (a new file) fails the read and takes the migrator's path below. The
+    // read's text differs from the one below on purpose: @effect/sql-sqlite-node caches a
+    // statement that failed to prepare, failure included, by its text.
+    const recorded = yield* Effect.option(sql<{ readonly schema_version: unknown }>`SELECT max(migration_id) AS schema_version FROM ${sql(migrationsTable)}`)
+    if (Option.isSome(recorded) && Number(recorded.value[0]?.schema_version ?? 0) === latest) return []
     const once = Effect.gen(function*() {
       const applied = yield* serialized(migrationsTable)(runMigrator({ loader: Migrator.fromRecord(migrations), table: migrationsTable })).pipe(
         Effect.catchSomeCause((cause) => Option.map(migrationStorageFailure(cause), (error) => Effect.fail(storeError(error, context)))),
@@ -268,8 +276,12 @@ export const layerSqliteClient = (
   Layer.scopedContext(
     Effect.gen(function*() {
       const timeout = busyTimeoutMillis(options)
-      yield* probe(options.filename, timeout)
-      const client = yield* SqliteClient.make({ filename: options.filename })
+      // The probe's connection closes once the client's is open (see `probe`).
+      const probed = yield* Scope.make()
+      const client = yield* Scope.extend(probe(options.filename, timeout), probed).pipe(
+        Effect.zipRight(SqliteClient.make({ filename: options.filename })),
+        Effect.ensuring(Scope.close(probed, Exit.void))
+      )
       const synchronous = options.synchronous ?? "FULL"
       yield* client.unsafe(`PRAGMA busy_timeout = ${timeout}`).pipe(
         Effect.zipRight(client.unsafe(`PRAGMA synchronous = ${synchronous === "NORMAL" ? "NORMAL" : "FULL"}`)),

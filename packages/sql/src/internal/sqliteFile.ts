@@ -10,6 +10,7 @@ import type { StoreError } from "@polyloop/core/Errors"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
+import type * as Scope from "effect/Scope"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as path from "node:path"
@@ -72,9 +73,12 @@ const busyRetry = (busyTimeoutMillis: number) =>
   )
 
 /**
- * Opens the file, switches it to WAL (a persistent setting) and reads its header, then closes
- * it: a file that is not a database, a directory or file that cannot be written, or a missing
- * directory fails here with a typed error. Creates the file when it does not exist.
+ * Opens the file, switches it to WAL (a persistent setting) and reads its header: a file that is
+ * not a database, a directory or file that cannot be written, or a missing directory fails here
+ * with a typed error. Creates the file when it does not exist. The connection stays open until
+ * the scope closes: the caller opens its own connection first, so that closing this one is not
+ * closing the file's last connection (which checkpoints the WAL and deletes it, only for the
+ * next connection to create it again — most of what opening an existing store cost).
  *
  * Several processes opening one brand-new file at once all switch it to WAL, which takes the
  * file's exclusive lock; SQLite does not call the busy handler for that upgrade (the connection
@@ -82,24 +86,29 @@ const busyRetry = (busyTimeoutMillis: number) =>
  * The probe then tries again, for up to the busy timeout, as every other write waits for a
  * lock; only a lock held longer than that fails (`StoreError { reason: "Unavailable" }`).
  */
-export const probe = (filename: string, busyTimeoutMillis: number): Effect.Effect<void, StoreError> =>
-  Effect.try({
-    try: () => {
-      const db = new Sqlite(filename, { timeout: busyTimeoutMillis })
-      try {
-        const mode = db.pragma("journal_mode = WAL", { simple: true })
-        db.pragma("schema_version", { simple: true })
-        if (!isMemory(filename) && mode !== "wal") {
-          throw Object.assign(new Error(`cannot switch the journal to WAL (it stays "${String(mode)}")`), {
-            code: "SQLITE_READONLY"
-          })
+export const probe = (filename: string, busyTimeoutMillis: number): Effect.Effect<void, StoreError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.try({
+      try: () => {
+        const db = new Sqlite(filename, { timeout: busyTimeoutMillis })
+        try {
+          const mode = db.pragma("journal_mode = WAL", { simple: true })
+          db.pragma("schema_version", { simple: true })
+          if (!isMemory(filename) && mode !== "wal") {
+            throw Object.assign(new Error(`cannot switch the journal to WAL (it stays "${String(mode)}")`), {
+              code: "SQLITE_READONLY"
+            })
+          }
+          return db
+        } catch (error) {
+          db.close()
+          throw error
         }
-      } finally {
-        db.close()
-      }
-    },
-    catch: (cause) => cause
-  }).pipe(
-    Effect.retry({ schedule: busyRetry(busyTimeoutMillis), while: isSqliteBusy }),
-    Effect.mapError((cause) => openFailure(filename, cause))
+      },
+      catch: (cause) => cause
+    }).pipe(
+      Effect.retry({ schedule: busyRetry(busyTimeoutMillis), while: isSqliteBusy }),
+      Effect.mapError((cause) => openFailure(filename, cause))
+    ),
+    (db) => Effect.sync(() => db.close())
   )
