@@ -3,7 +3,7 @@
  * built for itself, at 50 steps (a typical agent run, where the fixed cost of a run shows) and at
  * 1,000 steps (where the loop's per-step cost does).
  *
- *   npx tsx --conditions=@polyloop/source bench/peers.ts [--label <name>] [--quick]
+ *   npx tsx --conditions=@polyloop/source bench/peers.ts [--label <name>] [--quick] [--steps 50,1000]
  *
  * Each figure comes from new processes (three per figure, one with `--quick`), each doing one
  * unrecorded warm-up run and five measured runs; every run builds its services and a fresh store:
@@ -151,7 +151,8 @@ const main = async () => {
   const loadBefore = os.loadavg()
   const bySteps: Record<string, Record<System, ReturnType<typeof figure>>> = {}
   const ratios: Record<string, Record<string, number>> = {}
-  for (const steps of [50, 1000]) {
+  const stepCounts = (option("--steps") ?? "50,1000").split(",").map(Number)
+  for (const steps of stepCounts) {
     const row = {} as Record<System, ReturnType<typeof figure>>
     for (const system of systems) {
       process.stderr.write(`[peers] ${system}, ${steps} steps\n`)
