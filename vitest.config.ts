@@ -26,7 +26,8 @@ export default defineConfig({
     // A private PostgreSQL server for the PostgreSQL tests (installed and started if needed,
     // stopped after the run); tests find it in process.env.POLYLOOP_TEST_PG_URL.
     globalSetup: ["./test/support/pg-global-setup.ts"],
-    testTimeout: 60_000,
+    // Generous: CI shares 2 cores between two test files that both start processes.
+    testTimeout: 180_000,
     hookTimeout: 120_000,
     // Tests share one machine with 2 cores; suites that spawn processes or touch one database
     // guard themselves (describe.sequential); files run in parallel up to the pool size.

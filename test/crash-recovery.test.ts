@@ -507,7 +507,7 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
         }
         assert.isAbove(resumes, 0)
       })
-    ), 600_000)
+    ), 1_200_000)
 
   it.live(`${GROUP_RUNS} runs in one process, their appends group-committed, killed at random moments (≥ ${GROUP_MIN_KILLS} kills): each finishes with a consistent log, no "Never" call twice`, () =>
     Effect.scoped(
@@ -536,7 +536,7 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
         }
         assert.isAbove(resumes, 0)
       })
-    ), 600_000)
+    ), 1_200_000)
 
   it.live(`a run whose replies call three tools each (mixed replay policies), killed at random moments (≥ ${MULTI_MIN_KILLS} kills): no "Never" call runs twice, every finished call's result is kept`, () =>
     Effect.scoped(
