@@ -202,6 +202,8 @@ export const properties = <E>(client: ClientUnderTest<E>, options: Options = {})
   /** The outcome of a call, as the `streams` property compares it. */
   const outcome = (exit: Exit.Exit<ModelReply, ModelError>, what: string) => {
     if (Exit.isSuccess(exit)) return Effect.succeed({ reply: exit.value } as const)
+    // An interruption is passed on as it is, never judged as the client's failure.
+    if (Cause.isInterruptedOnly(exit.cause)) return Effect.interrupt
     const failures = Chunk.toReadonlyArray(Cause.failures(exit.cause))
     const error = failures[0]
     if (error === undefined || failures.length > 1 || !Chunk.isEmpty(Cause.defects(exit.cause)) || !Predicate.isTagged(error, "ModelError")) {
