@@ -34,7 +34,10 @@ const reversedKeys = (value: unknown): unknown => {
   if (Array.isArray(value)) return value.map(reversedKeys)
   if (typeof value !== "object" || value === null) return value
   const out: Record<string, unknown> = {}
-  for (const key of Object.keys(value).reverse()) out[key] = reversedKeys((value as Record<string, unknown>)[key])
+  // Defined, not assigned: a `__proto__` key (fast-check makes them) stays an own property.
+  for (const key of Object.keys(value).reverse()) {
+    Object.defineProperty(out, key, { value: reversedKeys((value as Record<string, unknown>)[key]), enumerable: true, writable: true, configurable: true })
+  }
   return out
 }
 
