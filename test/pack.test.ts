@@ -219,16 +219,17 @@ describe.sequential("the packages, packed and installed into a plain Node projec
   }, 300_000)
 
   it("polyloop replay --agent <a user's module>: the installed command runs its dist/ on the project's one effect", async () => {
-    // The demo run of the previous test, replayed with a user's replayTarget module (plain
-    // JavaScript importing @polyloop/cli/GovDoc, @polyloop/core and effect from the project).
-    const dir = path.join(project, "demo")
-    const runId = /^(demo-\S+)\s/m.exec((await ok(path.join(project, "node_modules", ".bin", "polyloop"), ["runs"], dir)).stdout)?.[1]
-    assert.isDefined(runId, "the demo run is in the store")
-    fs.copyFileSync(path.join(root, "test", "support", "demo-replay-target.mjs"), path.join(dir, "target.mjs"))
+    // A demo run that was not killed (a resumed run's log holds the interruption, which a replay
+    // does not reproduce), replayed with a user's replayTarget module: plain JavaScript importing
+    // @polyloop/cli/GovDoc, @polyloop/core and effect from the project.
+    const dir = path.join(project, "replay")
+    fs.mkdirSync(dir)
     const bin = path.join(project, "node_modules", ".bin", "polyloop")
-    const replayed = await spawnProfiled([bin, "replay", runId!, "--agent", "target.mjs"], { cwd: dir, env: userEnv(), profileDir: path.join(work, "profile-replay") })
+    await ok(bin, ["demo", "--run", "replayable"], dir)
+    fs.copyFileSync(path.join(root, "test", "support", "demo-replay-target.mjs"), path.join(dir, "target.mjs"))
+    const replayed = await spawnProfiled([bin, "replay", "replayable", "--agent", "target.mjs"], { cwd: dir, env: userEnv(), profileDir: path.join(work, "profile-replay") })
     assert.strictEqual(replayed.code, 0, `${replayed.stdout}\n${replayed.stderr}`)
-    assert.match(replayed.stdout, /^identical: the replay of demo-\S+ reproduced its \d+ records/)
+    assert.match(replayed.stdout, /^identical: the replay of replayable reproduced its \d+ records/)
     const installed = path.join(project, "node_modules", "@polyloop", "cli")
     assert.isFalse(replayed.ran.has(path.join(installed, "bundle", "polyloop.cjs")), "the bundle did not run")
     assert.isTrue(ranUnder(replayed.ran, path.join(installed, "dist")), "the installed dist/ ran")
