@@ -2,7 +2,7 @@
  * Short runs (issue 21): what a run costs before and after its steps, and how fast the
  * `polyloop` command starts.
  *
- *   npx tsx --conditions=@polyloop/source bench/startup.ts [--label <name>] [--out <file>] [--quick]
+ *   npx tsx --conditions=@polyloop/source bench/startup.ts [--label <name>] [--out <file>] [--quick] [--cold-start]
  *
  * Measured in one warm process (a warm-up, then the median of several repetitions):
  *
@@ -17,9 +17,12 @@
  *   `synchronous=FULL` (target ≤ 2×);
  * - where the fixed cost of a run goes: building the services, the snapshot and its hash, the
  *   claim and its release, `RunStarted` and `RunFinished` (SQLite commits);
- * - `polyloop runs` cold start: a new `node` process running the launcher as shipped (the
- *   compiled `dist/` since design 0210; before it, tsx transpiling the source at every start),
- *   and the source through tsx: wall ms and peak RSS; target ≤ 0.4 s.
+ * - `polyloop runs` cold start: a new `node` process running the launcher as shipped — since
+ *   design 0213 the bundle, compiled from its code cache (written by the first, unrecorded
+ *   start, in a cache directory of the bench's own); before it the compiled `dist/` (design
+ *   0210), and before that tsx transpiling the source at every start — beside it the bundle
+ *   without its cache, the unbundled `dist/` and the source through tsx: CPU ms, wall ms and
+ *   peak RSS; target ≤ 0.4 s. `--cold-start` measures only this part.
  *
  * Results are merged into `bench/results.startup.json` (or `--out`) under the label, with the
  * machine, its load and the time.
@@ -53,6 +56,7 @@ const option = (name: string): string | undefined => {
 }
 const label = option("--label") ?? "after"
 const quick = argv.includes("--quick")
+const coldStartOnly = argv.includes("--cold-start")
 const out = option("--out") ?? path.join(benchDir, "results.startup.json")
 const reps = quick ? 20 : 200
 const dir = Raw.dataDir(benchDir)
@@ -140,13 +144,24 @@ const rawCommits = (filename: string, steps: number): number => {
   return micros
 }
 
-/** `polyloop runs` in a new process: wall ms and peak RSS (MiB). */
-const coldStart = (db: string, source: boolean, n: number) => {
-  const launcher = path.join(root, "packages", "cli", "bin", "polyloop.js")
+/** How `polyloop runs` is started: the launcher as shipped, or one build of the command directly. */
+type Start = "launcher" | "bundleWithoutCache" | "unbundledDist" | "sourceThroughTsx"
+
+/** `polyloop runs` in a new process, `n` times after one unrecorded start: CPU ms, wall ms and peak RSS (MiB). */
+const coldStart = (db: string, start: Start, n: number, cache: string) => {
+  const cli = path.join(root, "packages", "cli")
+  const launcher = path.join(cli, "bin", "polyloop.js")
   const tsx = createRequire(import.meta.url).resolve("tsx")
-  const env: NodeJS.ProcessEnv = { ...process.env }
+  const env: NodeJS.ProcessEnv = { ...process.env, XDG_CACHE_HOME: cache }
   delete env.NODE_OPTIONS
-  const args = source ? ["--conditions=@polyloop/source", `--import=${tsx}`, launcher, "runs", "--db", db] : [launcher, "runs", "--db", db]
+  delete env.NODE_DISABLE_COMPILE_CACHE
+  if (start === "bundleWithoutCache") env.NODE_DISABLE_COMPILE_CACHE = "1"
+  const command = ["runs", "--db", db]
+  const args = start === "sourceThroughTsx"
+    ? ["--conditions=@polyloop/source", `--import=${tsx}`, launcher, ...command]
+    : start === "unbundledDist"
+    ? [path.join(cli, "dist", "bin.js"), ...command]
+    : [launcher, ...command]
   const walls: Array<number> = []
   const cpus: Array<number> = []
   const rss: Array<number> = []
@@ -155,13 +170,54 @@ const coldStart = (db: string, source: boolean, n: number) => {
     const result = spawnSync("/usr/bin/time", ["-f", "%M %U %S", process.execPath, ...args], { env, encoding: "utf8" })
     const wall = now() - started
     if (result.status !== 0) throw new Error(`polyloop runs failed: ${result.stderr}`)
-    if (i === 0) continue // the first start reads the files into the page cache
+    if (i === 0) continue // the first start reads the files into the page cache (and writes the code cache)
     const [maxRss, user, system] = (result.stderr.trim().split("\n").pop() ?? "").split(" ").map(Number)
     walls.push(wall)
     cpus.push((user! + system!) * 1000)
     rss.push(maxRss! / 1024)
   }
-  return { wallMs: summary(stat(walls), 1), cpuMs: summary(stat(cpus), 1), peakRssMiB: summary(stat(rss), 1) }
+  return { cpuMs: summary(stat(cpus), 1), wallMs: summary(stat(walls), 1), peakRssMiB: summary(stat(rss), 1) }
+}
+
+/** The cold start of `polyloop runs` on `db`, each way the command can be started on this code. */
+const coldStarts = (db: string) => {
+  const cli = path.join(root, "packages", "cli")
+  const cache = path.join(dir, "compile-cache")
+  const has = (file: string) => fs.existsSync(path.join(cli, file))
+  // The launcher as the code of this checkout ships it; the builds it can choose, where present.
+  const conditioned = fs.readFileSync(path.join(cli, "package.json"), "utf8").includes("@polyloop/source")
+  const bundled = has("bundle/polyloop.cjs")
+  return {
+    launcher: coldStart(db, "launcher", quick ? 3 : 9, cache),
+    ...(bundled ? { bundleWithoutCache: coldStart(db, "bundleWithoutCache", quick ? 3 : 7, cache) } : {}),
+    ...(bundled && has("dist/bin.js") ? { unbundledDist: coldStart(db, "unbundledDist", quick ? 3 : 7, cache) } : {}),
+    ...(conditioned ? { sourceThroughTsx: coldStart(db, "sourceThroughTsx", quick ? 2 : 3, cache) } : {})
+  }
+}
+
+const machine = () => {
+  const load = os.loadavg()
+  return { node: process.version, cpus: os.cpus().length, cpu: os.cpus()[0]?.model ?? "unknown", loadAverage: load.map((l) => round(l, 2)) }
+}
+
+const save = (results: unknown) => {
+  const all = fs.existsSync(out) ? (JSON.parse(fs.readFileSync(out, "utf8")) as Record<string, Array<unknown>>) : {}
+  all[label] = [...(all[label] ?? []), results]
+  fs.writeFileSync(out, `${JSON.stringify(all, null, 2)}\n`)
+  fs.rmSync(dir, { recursive: true, force: true })
+  process.stdout.write(`${JSON.stringify(results, null, 2)}\n`)
+}
+
+/** `--cold-start`: only the command's start, on a store of 200 finished runs. */
+const coldStartMain = async () => {
+  const at = new Date().toISOString()
+  const before = machine()
+  const file = path.join(dir, "existing.db")
+  process.stderr.write("[startup] filling a SQLite store with 200 finished runs\n")
+  await fill(file, quick ? 20 : 200)
+  process.stderr.write("[startup] polyloop runs, cold start\n")
+  const cold = coldStarts(file)
+  save({ at, machine: { ...before, loadAverageAfter: machine().loadAverage }, polyloopRunsColdStart: cold })
 }
 
 const main = async () => {
@@ -209,18 +265,11 @@ const main = async () => {
   }
 
   log("polyloop runs, cold start")
-  // `node packages/cli/bin/polyloop.js runs` as the launcher of this code does it (the compiled
-  // dist/ since design 0210; tsx transpiling the source at every start before it); and, on code
-  // with the source condition, the source through tsx.
-  const conditioned = fs.readFileSync(path.join(root, "packages", "cli", "package.json"), "utf8").includes("@polyloop/source")
-  const cold = {
-    launcher: coldStart(file, false, quick ? 3 : 7),
-    ...(conditioned ? { sourceThroughTsx: coldStart(file, true, quick ? 2 : 5) } : {})
-  }
+  const cold = coldStarts(file)
 
   const results = {
     at: new Date().toISOString(),
-    machine: { node: process.version, cpus: os.cpus().length, cpu: os.cpus()[0]?.model ?? "unknown", loadAverage: load.map((l) => round(l, 2)) },
+    machine: { ...machine(), loadAverage: load.map((l) => round(l, 2)) },
     oneStepRunMemoryMs: summary(memory1),
     oneStepRunOpenSqliteMs: summary(sqlite1),
     openExistingSqliteMs: summary(open),
@@ -233,14 +282,10 @@ const main = async () => {
     },
     polyloopRunsColdStart: cold
   }
-  const all = fs.existsSync(out) ? (JSON.parse(fs.readFileSync(out, "utf8")) as Record<string, Array<unknown>>) : {}
-  all[label] = [...(all[label] ?? []), results]
-  fs.writeFileSync(out, `${JSON.stringify(all, null, 2)}\n`)
-  fs.rmSync(dir, { recursive: true, force: true })
-  process.stdout.write(`${JSON.stringify(results, null, 2)}\n`)
+  save(results)
 }
 
-main().catch((error: unknown) => {
+;(coldStartOnly ? coldStartMain() : main()).catch((error: unknown) => {
   process.stderr.write(`${String(error)}\n`)
   process.exit(1)
 })

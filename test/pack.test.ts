@@ -3,8 +3,10 @@
  * and the tarballs installed into a fresh project outside the monorepo — a plain `package.json`,
  * no workspace links, no `@polyloop/source` condition, no tsx. There the README's example is
  * compiled with `tsc` and run with plain `node`, a TypeScript file using the public API
- * type-checks, the installed `polyloop demo` and `polyloop runs` work, and `npm ls effect` shows
- * one copy.
+ * type-checks, the installed `polyloop demo` and `polyloop runs` work — `runs` from the packed
+ * bundle (design 0213; which code ran is read from a CPU profile of the process) — and
+ * `polyloop replay --agent <module>` with a user's module runs the unbundled `dist/` on the
+ * project's one `effect`, and `npm ls effect` shows one copy.
  *
  * Installing: third-party packages come from the npm registry through the npm cache
  * (`--prefer-offline`: what `npm ci` of the monorepo cached is not fetched again). Install
@@ -19,9 +21,10 @@ import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { type Result, spawnCommand } from "./support/cli-process.js"
+import { type Result, ranUnder, spawnCommand, spawnProfiled } from "./support/cli-process.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
+const work = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-pack-"))
 const require = createRequire(import.meta.url)
 const packages = ["core", "testing", "sql", "ai", "cli", "mcp", "cluster"] as const
 const tscCli = require.resolve("typescript/bin/tsc")
@@ -33,6 +36,8 @@ const userEnv = (): NodeJS.ProcessEnv => {
     delete env[name]
   }
   for (const name of Object.keys(env)) if (name.startsWith("npm_")) delete env[name]
+  // The command's compile cache (design 0213) in the test's own directory, not the user's.
+  env["XDG_CACHE_HOME"] = path.join(work, "cache")
   return env
 }
 
@@ -98,7 +103,6 @@ const consumerTsconfig = {
 }
 
 describe.sequential("the packages, packed and installed into a plain Node project", () => {
-  const work = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-pack-"))
   const project = path.join(work, "app")
   const tarballs = new Map<string, string>()
 
@@ -113,6 +117,7 @@ describe.sequential("the packages, packed and installed into a plain Node projec
       assert.isTrue(files.some((file) => file === "dist/index.js"), `${name}: dist/index.js packed`)
       assert.isTrue(files.some((file) => file === "dist/index.d.ts"), `${name}: dist/index.d.ts packed`)
       assert.isFalse(files.some((file) => file.startsWith("test/") || file.endsWith(".tsbuildinfo")), `${name}: no tests, no build info`)
+      if (name === "cli") assert.include(files, "bundle/polyloop.cjs", "cli: the bundled command is packed (prepack builds it)")
     }
     fs.mkdirSync(project)
     const dependency = (name: string) => `file:${tarballs.get(name)}`
@@ -202,5 +207,32 @@ describe.sequential("the packages, packed and installed into a plain Node projec
     const runs = await ok(bin, ["runs"], dir)
     assert.match(runs.stdout, /^demo-\S+\s+policy-editor\s+finished\s+Completed\(Tool\)/m)
     assert.isTrue(fs.existsSync(path.join(dir, "polyloop.db")))
+    // The installed bin runs the packed bundle (design 0213): its code ran, none of the
+    // unbundled dist/ or of the project's effect.
+    const installed = path.join(project, "node_modules", "@polyloop", "cli")
+    const profiledRuns = await spawnProfiled([bin, "runs"], { cwd: dir, env: userEnv(), profileDir: path.join(work, "profile-runs") })
+    assert.strictEqual(profiledRuns.code, 0, profiledRuns.stderr)
+    assert.strictEqual(profiledRuns.stdout, runs.stdout)
+    assert.isTrue(profiledRuns.ran.has(path.join(installed, "bundle", "polyloop.cjs")), "the installed bundle ran")
+    assert.isFalse(ranUnder(profiledRuns.ran, path.join(installed, "dist")), "no module of the installed dist/ ran")
+    assert.isFalse(ranUnder(profiledRuns.ran, path.join(project, "node_modules", "effect")), "no module of the project's effect ran")
+  }, 300_000)
+
+  it("polyloop replay --agent <a user's module>: the installed command runs its dist/ on the project's one effect", async () => {
+    // A demo run that was not killed (a resumed run's log holds the interruption, which a replay
+    // does not reproduce), replayed with a user's replayTarget module: plain JavaScript importing
+    // @polyloop/cli/GovDoc, @polyloop/core and effect from the project.
+    const dir = path.join(project, "replay")
+    fs.mkdirSync(dir)
+    const bin = path.join(project, "node_modules", ".bin", "polyloop")
+    await ok(bin, ["demo", "--run", "replayable"], dir)
+    fs.copyFileSync(path.join(root, "test", "support", "demo-replay-target.mjs"), path.join(dir, "target.mjs"))
+    const replayed = await spawnProfiled([bin, "replay", "replayable", "--agent", "target.mjs"], { cwd: dir, env: userEnv(), profileDir: path.join(work, "profile-replay") })
+    assert.strictEqual(replayed.code, 0, `${replayed.stdout}\n${replayed.stderr}`)
+    assert.match(replayed.stdout, /^identical: the replay of replayable reproduced its \d+ records/)
+    const installed = path.join(project, "node_modules", "@polyloop", "cli")
+    assert.isFalse(replayed.ran.has(path.join(installed, "bundle", "polyloop.cjs")), "the bundle did not run")
+    assert.isTrue(ranUnder(replayed.ran, path.join(installed, "dist")), "the installed dist/ ran")
+    assert.isTrue(ranUnder(replayed.ran, path.join(project, "node_modules", "effect")), "the project's effect ran")
   }, 300_000)
 })
