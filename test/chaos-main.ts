@@ -23,7 +23,9 @@ import * as PgServer from "./support/pg-server.js"
 
 const seed = Number(process.env["CHAOS_SEED"] ?? 1)
 const concurrency = Number(process.env["CHAOS_CONCURRENCY"] ?? 3)
-const poolSize = Number(process.env["CHAOS_POOL"] ?? concurrency + 2)
+// Twice as many children as scenarios at a time, and one: a life that will be killed wants a
+// fresh child and a surviving one a warm child (chaos-pool.ts), both at hand.
+const poolSize = Number(process.env["CHAOS_POOL"] ?? 2 * concurrency + 1)
 const summaryFile = process.env["CHAOS_SUMMARY"] ?? "chaos-summary.json"
 const replay = process.env["CHAOS_ID"]
 const usePg = (process.env["CHAOS_PG"] ?? "1") !== "0"
