@@ -31,6 +31,22 @@ const replay = process.env["CHAOS_ID"]
 const usePg = (process.env["CHAOS_PG"] ?? "1") !== "0"
 const maxSeconds = process.env["CHAOS_MAX_SECONDS"] === undefined ? undefined : Number(process.env["CHAOS_MAX_SECONDS"])
 
+/**
+ * CPU seconds used so far by the private PostgreSQL server: its postmaster and the backends it
+ * reaped (each connection's process; `/proc/<pid>/stat`); undefined for a server not started
+ * here or without `/proc`.
+ */
+const serverCpu = (server: PgServer.PgServer | undefined): number | undefined => {
+  if (server === undefined) return undefined
+  try {
+    const pid = Fs.readFileSync(`${server.dataDir}/postmaster.pid`, "utf8").split("\n")[0]!.trim()
+    const fields = Fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+    return (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100
+  } catch {
+    return undefined
+  }
+}
+
 const main = async () => {
   let server: PgServer.PgServer | undefined
   let pgUrl = usePg ? process.env["POLYLOOP_TEST_PG_URL"] : undefined
@@ -61,6 +77,7 @@ const main = async () => {
     console.log(`${points} crash points over ${refs.length} variants; ${rounds} rounds (seeds ${seed}..${seed + rounds - 1}), ${concurrency} at a time, ${poolSize} warm children`)
     const work = Chaos.enumerate(refs, seed, rounds).slice(0, target)
     let done = 0
+    const serverBefore = serverCpu(server)
     const totals = await Chaos.runWork(env, work, {
       concurrency,
       ...(maxSeconds === undefined ? {} : { maxSeconds }),
@@ -81,6 +98,11 @@ const main = async () => {
       machine: { cpus: Os.cpus().length, loadAverage: Os.loadavg() },
       finishedAt: new Date().toISOString(),
       ...totals,
+      // The PostgreSQL server's share, not in cpuSeconds (undefined: a server not started here).
+      ...(serverBefore === undefined ? {} : (() => {
+        const seconds = (serverCpu(server) ?? serverBefore) - serverBefore
+        return { pgServerCpuSeconds: seconds, cpuSecondsPerScenarioWithServer: totals.scenarios === 0 ? 0 : (totals.cpuSeconds.parent + totals.cpuSeconds.children + seconds) / totals.scenarios }
+      })()),
       byVariant: Chaos.byVariant(refs, work)
     }
     Fs.writeFileSync(summaryFile, JSON.stringify(written, null, 2) + "\n")
