@@ -15,6 +15,7 @@
  * - a 50-step run built per run (services and a fresh store for each run): CPU µs per step in
  *   memory, wall µs per step on SQLite against two raw better-sqlite3 commits per step at
  *   `synchronous=FULL` (target ≤ 2×);
+ *   (`--runs`: these run figures only, without the cold start below);
  * - where the fixed cost of a run goes: building the services, the snapshot and its hash, the
  *   claim and its release, `RunStarted` and `RunFinished` (SQLite commits);
  * - `polyloop runs` cold start: a new `node` process running the launcher as shipped — since
@@ -58,6 +59,8 @@ const option = (name: string): string | undefined => {
 const label = option("--label") ?? "after"
 const quick = argv.includes("--quick")
 const coldStartOnly = argv.includes("--cold-start")
+/** `--runs`: only the runs' figures, not the cold start (e.g. on an older tree, for the runs' "before"). */
+const runsOnly = argv.includes("--runs")
 const out = option("--out") ?? path.join(benchDir, "results.startup.json")
 const reps = quick ? 20 : 200
 const dir = Raw.dataDir(benchDir)
@@ -261,22 +264,24 @@ const main = async () => {
     if (i > 0) memory50.push((cpuMicros() - cpu) / steps)
   }
   const sqlite50: Array<number> = []
+  const sqlite50Cpu: Array<number> = []
   const raw50: Array<number> = []
   for (let i = 0; i < (quick ? 3 : 6); i++) {
     const fresh = path.join(dir, `fresh-${i}.db`)
     const started = now()
+    const cpu = cpuMicros()
     await Effect.runPromise(Agent.run(F.request(nextId("sql50"), steps)).pipe(
       Effect.provide(F.servicesFor(SqlRunLogStore.layerSqlite({ filename: fresh }), steps))
     ))
     sqlite50.push(((now() - started) * 1000) / steps)
+    sqlite50Cpu.push((cpuMicros() - cpu) / steps)
     const raw = path.join(dir, `raw-${i}.db`)
     raw50.push(rawCommits(raw, steps))
     Raw.remove(fresh)
     Raw.remove(raw)
   }
 
-  log("polyloop runs, cold start")
-  const cold = coldStarts(file)
+  const cold = runsOnly ? undefined : (log("polyloop runs, cold start"), coldStarts(file))
 
   const results = {
     at: new Date().toISOString(),
@@ -288,10 +293,11 @@ const main = async () => {
     fiftyStepRun: {
       memoryCpuMicrosPerStep: summary(stat(memory50), 1),
       sqliteWallMicrosPerStep: summary(stat(sqlite50), 1),
+      sqliteCpuMicrosPerStep: summary(stat(sqlite50Cpu), 1),
       rawTwoCommitsWallMicrosPerStep: summary(stat(raw50), 1),
       sqliteOverRaw: round(stat(sqlite50).median / stat(raw50).median, 2)
     },
-    polyloopRunsColdStart: cold
+    ...(cold === undefined ? {} : { polyloopRunsColdStart: cold })
   }
   save(results)
 }

@@ -113,15 +113,14 @@ export const runOn = (
   )
 
 /**
- * Services for one run, built for it: what `Agent.layer({ store, model, parser, tools })` merges,
- * spelled out so that the short-run benchmarks also run on the code before `Agent.layer` (their
- * "before" figures).
+ * Services for one run, built for it with the one-line wiring an application uses
+ * (`Agent.layer`, design 0211): the store layer given, the benchmark model, the native parser,
+ * the registry's derived executor and the no-op event sink.
  */
 export const servicesFor = <E>(store: Layer.Layer<RunLogStore.RunLogStore, E>, steps: number) =>
-  Layer.mergeAll(
+  Agent.layer({
     store,
-    Layer.succeed(ModelClient.ModelClient, model(replies(steps))),
-    NativeToolCallParser.layer(),
-    Layer.effect(ActionExecutor.ActionExecutor, Effect.orDie(tools.executor())),
-    EventSink.layerNoop
-  )
+    model: Layer.succeed(ModelClient.ModelClient, model(replies(steps))),
+    parser: NativeToolCallParser.layer(),
+    tools
+  })

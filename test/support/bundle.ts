@@ -120,11 +120,15 @@ const snapshots = new Map<string, Promise<Start>>()
  * A CommonJS bundle of `entry` and a V8 start-up snapshot of it (`entry` must call
  * `v8.startupSnapshot.setDeserializeMainFunction` while the snapshot is built, and run its main
  * otherwise); when node cannot build the snapshot, the bundle alone (the reason in `fallback`).
+ * `v8Flags` are given to node both when the snapshot is built and when a child starts from it
+ * (V8 refuses a snapshot built with other flags).
  */
-export const startupSnapshot = (entry: string): Promise<Start> => {
-  const existing = snapshots.get(entry)
+export const startupSnapshot = (entry: string, options?: { readonly v8Flags?: ReadonlyArray<string> }): Promise<Start> => {
+  const flags = options?.v8Flags ?? []
+  const key = JSON.stringify([entry, flags])
+  const existing = snapshots.get(key)
   if (existing !== undefined) return existing
-  const base = Path.join(outDir, `${Path.basename(entry, ".ts")}-${process.pid}`)
+  const base = Path.join(outDir, `${Path.basename(entry, ".ts")}-${process.pid}-${snapshots.size}`)
   const promise = (async (): Promise<Start> => {
     Fs.mkdirSync(outDir, { recursive: true })
     await build({
@@ -137,12 +141,13 @@ export const startupSnapshot = (entry: string): Promise<Start> => {
       banner: { js: lazyBanner }
     })
     try {
-      await run(["--snapshot-blob", `${base}.blob`, "--build-snapshot", `${base}.cjs`])
-      return { args: ["--snapshot-blob", `${base}.blob`], snapshot: true }
+      // V8 loads a snapshot only with the flags it was built with: the same flags for both.
+      await run([...flags, "--snapshot-blob", `${base}.blob`, "--build-snapshot", `${base}.cjs`])
+      return { args: [...flags, "--snapshot-blob", `${base}.blob`], snapshot: true }
     } catch (error) {
-      return { args: [`${base}.cjs`], snapshot: false, fallback: error instanceof Error ? error.message : String(error) }
+      return { args: [...flags, `${base}.cjs`], snapshot: false, fallback: error instanceof Error ? error.message : String(error) }
     }
   })()
-  snapshots.set(entry, promise)
+  snapshots.set(key, promise)
   return promise
 }

@@ -119,6 +119,20 @@ export const snapshotOf = (request: RunRequest, parserId: string, defaultParalle
 const validateAgent = Schema.validateEither(AgentDefinition.AgentDefinition)
 
 /**
+ * Definitions already validated, and the retry schedule of each `modelRetry`: an
+ * `AgentDefinition` is an immutable value (the snapshot's encoding is cached on it too), so an
+ * application that defines its agent once pays for the schema check and the schedule once.
+ */
+const validated = new WeakSet<AgentDefinition.AgentDefinition>()
+const schedules = new WeakMap<AgentDefinition.ModelRetry, ReturnType<typeof AgentDefinition.retrySchedule>>()
+
+const scheduleOf = (retry: AgentDefinition.ModelRetry) => {
+  let schedule = schedules.get(retry)
+  if (schedule === undefined) schedules.set(retry, schedule = AgentDefinition.retrySchedule(retry))
+  return schedule
+}
+
+/**
  * The stop judgment of SPEC §9 over the last step's results (design 0150), in order: an
  * `EnvError` in any call; a `Finish`; a completing tool that returned (first in call order),
  * or an environment that reported completion; then the four budgets.
@@ -361,9 +375,12 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     if (derived !== undefined && !isDerivedFrom(derived, request.tools)) {
       return yield* new ExecutorRegistryMismatch({ requestTools: request.tools.names, executorTools: derived.registry.names })
     }
-    const valid = validateAgent(request.agent)
-    if (valid._tag === "Left") {
-      return yield* new InvalidRunRequest({ runId, issues: ParseResult.TreeFormatter.formatErrorSync(valid.left) })
+    if (!validated.has(request.agent)) {
+      const valid = validateAgent(request.agent)
+      if (valid._tag === "Left") {
+        return yield* new InvalidRunRequest({ runId, issues: ParseResult.TreeFormatter.formatErrorSync(valid.left) })
+      }
+      validated.add(request.agent)
     }
     const store = yield* RunLogStore
     const parser = yield* DecisionParser
@@ -409,7 +426,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           derived,
           sink,
           texts,
-          schedule: AgentDefinition.retrySchedule(agent.modelRetry),
+          schedule: scheduleOf(agent.modelRetry),
           modelTools,
           fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),

@@ -10,6 +10,7 @@
  * @since 0.1.0
  */
 import * as Schema from "effect/Schema"
+import { encodesAsItself } from "./internal/recordJson.js"
 
 /**
  * Token usage of one model reply. `inputTokens` and `outputTokens` are what the provider bills
@@ -136,7 +137,9 @@ export const ModelReply = Schema.transform(ReplyEncoded, ReplyType, {
     return { ...rest, finishReason: normalised, rawFinishReason: finishReason }
   },
   encode: (reply) => reply
-})
+  // Its encode is the identity and a reply in today's shape decodes as itself: the run log's
+  // writer may write it without Schema (`internal/recordJson.ts`; tested in RunLogStore.test.ts).
+}).annotations({ [encodesAsItself]: true })
 /** @since 0.1.0 */
 export interface ModelReply extends Schema.Schema.Type<typeof ModelReply> {}
 
@@ -157,8 +160,10 @@ export const make = (fields: {
     usage: fields.usage ?? emptyUsage,
     ...(fields.refusal === undefined ? {} : { refusal: fields.refusal }),
     ...(fields.reasoning === undefined ? {} : { reasoning: fields.reasoning }),
-    ...(normalised === undefined ? {} : { finishReason: normalised }),
-    ...(normalised === undefined || normalised === fields.finishReason ? {} : { rawFinishReason: fields.finishReason })
+    // In the schema's order (`rawFinishReason` before `finishReason`): the log's writer then
+    // writes the reply without Schema (`internal/recordJson.ts`).
+    ...(normalised === undefined || normalised === fields.finishReason ? {} : { rawFinishReason: fields.finishReason }),
+    ...(normalised === undefined ? {} : { finishReason: normalised })
   }
 }
 

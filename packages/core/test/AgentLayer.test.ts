@@ -98,6 +98,47 @@ describe("Agent.layer", () => {
     }))
 })
 
+describe("Agent.layer builds its parts one after the other (design 0214)", () => {
+  class Shared extends Context.Tag("test/Shared")<Shared, { readonly id: number }>() {}
+
+  it.effect("in order, each once, released in reverse order; a layer shared by two parts is built once; inputs come from outside", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      let sharedBuilds = 0
+      const shared = Layer.effect(Shared, Effect.sync(() => ({ id: ++sharedBuilds })))
+      /** A part that logs its acquisition and release and needs `Shared`. */
+      const tracked = <A, E, R>(name: string, part: Layer.Layer<A, E, R>) =>
+        Layer.unwrapScoped(Effect.gen(function*() {
+          yield* Shared
+          log.push(`acquire ${name}`)
+          yield* Effect.addFinalizer(() => Effect.sync(() => void log.push(`release ${name}`)))
+          return part
+        })).pipe(Layer.provide(shared))
+      // The model needs an EventSink: it must get the application's, not the agent's own.
+      const outerEvents: Array<string> = []
+      const outerSink = EventSink.make((event) => Effect.sync(() => void outerEvents.push(event._tag)))
+      const model = yield* ScriptedModel.make(script)
+      const modelPart = Layer.unwrapScoped(Effect.gen(function*() {
+        const sink = yield* EventSink.EventSink
+        assert.strictEqual(sink, outerSink, "the model's EventSink is the one from outside")
+        log.push("acquire model")
+        yield* Effect.addFinalizer(() => Effect.sync(() => void log.push("release model")))
+        return model.layer
+      }))
+      const storePart = tracked("store", RunLogStore.inMemory())
+      const eventsPart = tracked("events", EventSink.layerNoop)
+      const services = Agent.layer({ store: storePart, model: modelPart, parser: NativeToolCallParser.layer(), tools, events: eventsPart })
+      const result = yield* Agent.run(request("ordered")).pipe(
+        Effect.provide(services),
+        Effect.provide(Layer.merge(thermometer, Layer.succeed(EventSink.EventSink, outerSink)))
+      )
+      assert.strictEqual(result.steps, 2)
+      assert.deepStrictEqual(log, ["acquire store", "acquire model", "acquire events", "release events", "release model", "release store"])
+      assert.strictEqual(sharedBuilds, 1, "the layer under the store and the events is built once")
+      assert.deepStrictEqual(outerEvents, [], "the run's events go to the agent's sink, not the model's")
+    }))
+})
+
 describe("RunLogStore.inMemory", () => {
   it.effect("one store across provides: a second provide returns the recorded run without calling the model", () =>
     Effect.gen(function*() {

@@ -25,6 +25,7 @@ import * as Effect from "effect/Effect"
 import * as FastCheck from "effect/FastCheck"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as RecordJson from "../src/internal/recordJson.js"
 
 const schemaJson = (record: RunLog.RunRecord): string => JSON.stringify(Schema.encodeSync(RunLog.RunRecord)(record))
 
@@ -33,7 +34,10 @@ const reversedKeys = (value: unknown): unknown => {
   if (Array.isArray(value)) return value.map(reversedKeys)
   if (typeof value !== "object" || value === null) return value
   const out: Record<string, unknown> = {}
-  for (const key of Object.keys(value).reverse()) out[key] = reversedKeys((value as Record<string, unknown>)[key])
+  // Defined, not assigned: a `__proto__` key (fast-check makes them) stays an own property.
+  for (const key of Object.keys(value).reverse()) {
+    Object.defineProperty(out, key, { value: reversedKeys((value as Record<string, unknown>)[key]), enumerable: true, writable: true, configurable: true })
+  }
   return out
 }
 
@@ -132,6 +136,27 @@ describe("RunLogStore.encodeRecord", () => {
       assert.notInclude(message, "readonly", "no schema dump")
       assert.isBelow(message.length, 200, message)
     }
+  })
+
+  it("writes the loop's records — a reply with or without a finish reason included — without Schema (the fast path)", () => {
+    const replies = [
+      reply,
+      ModelReply.make({ text: "done", finishReason: "stop", usage: { inputTokens: 1, outputTokens: 2, reasoningTokens: 1 } }),
+      ModelReply.make({ text: "", toolCalls: [{ id: "c", name: "noop", argumentsText: "{}" }], finishReason: "tool_use", refusal: "no", reasoning: "r" }),
+      ModelReply.make({ text: "cut", finishReason: "max_tokens" })
+    ]
+    for (const r of replies) {
+      const record = replied(r)
+      assert.isTrue(RecordJson.writesFast(RunLog.RunRecord, record), JSON.stringify(record))
+      assert.strictEqual(RunLogStore.encodeRecord(record), schemaJson(record))
+      // What is written reads back as the reply (the annotation's promise: decode gives it back).
+      assert.deepStrictEqual(Schema.decodeSync(Schema.parseJson(RunLog.RunRecord))(RunLogStore.encodeRecord(record)), record)
+    }
+    for (const record of [started, result({ n: 1 }), completed()]) assert.isTrue(RecordJson.writesFast(RunLog.RunRecord, record), record._tag)
+    // A reply whose finish reason is not the normalised word is not the type: Schema's path refuses it.
+    const raw = replied({ ...reply, finishReason: "end_turn" as ModelReply.FinishReason })
+    assert.isFalse(RecordJson.writesFast(RunLog.RunRecord, raw))
+    assert.throws(() => RunLogStore.encodeRecord(raw), /cannot be written/)
   })
 
   it("throws StoreError Encode for a record that would not read back", () => {

@@ -22,6 +22,10 @@ export const actionHash = (runId: RunId | string, step: number, callId: string, 
 /** Does this action need a person's decision before it runs? Calls that do not validate need none. @internal */
 export const required = (tools: ToolRegistry<unknown>, action: Action): boolean => {
   if (action._tag !== "ToolCall") return false
+  // A tool without an approval rule needs none, whatever its arguments: no decode of them here
+  // (the executor decodes them once, when it runs the call).
+  const tool = tools.get(action.name)
+  if (Option.isNone(tool) || tool.value.approval === undefined) return false
   const validated = tools.validate(action)
   return validated._tag === "Right" && needsApproval(validated.right.tool, validated.right.args)
 }

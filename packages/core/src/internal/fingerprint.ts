@@ -37,9 +37,62 @@ export interface Fingerprinter {
   readonly hash: (messages: ReadonlyArray<Message>) => string
 }
 
+/**
+ * The canonical JSON text of a message, `Snapshot.canonicalJson(encodeMessage(message))`,
+ * written directly for a message of the schema's shape (the encoded form of a message is the
+ * message without any excess property; keys in sorted order: `_tag` first, then by name).
+ * Anything else (a field that is not a string) goes through Schema, which refuses it as before.
+ * @internal
+ */
+export const canonicalMessage = (message: Message): string => {
+  const q = JSON.stringify
+  switch (message._tag) {
+    case "System":
+    case "User":
+      if (typeof message.text === "string") return `{"_tag":"${message._tag}","text":${q(message.text)}}`
+      break
+    case "Tool":
+      if (typeof message.callId === "string" && typeof message.name === "string" && typeof message.text === "string") {
+        return `{"_tag":"Tool","callId":${q(message.callId)},"name":${q(message.name)},"text":${q(message.text)}}`
+      }
+      break
+    case "Assistant": {
+      const calls = message.toolCalls
+      if (typeof message.text !== "string" || !Array.isArray(calls)) break
+      let text = `{"_tag":"Assistant","text":${q(message.text)},"toolCalls":[`
+      for (let i = 0; i < calls.length; i++) {
+        const call = calls[i]!
+        if (typeof call !== "object" || call === null) return Snapshot.canonicalJson(encodeMessage(message))
+        const { argumentsText, id, name } = call
+        if (typeof argumentsText !== "string" || typeof id !== "string" || typeof name !== "string") {
+          return Snapshot.canonicalJson(encodeMessage(message))
+        }
+        text += `${i === 0 ? "" : ","}{"argumentsText":${q(argumentsText)},"id":${q(id)},"name":${q(name)}}`
+      }
+      return `${text}]}`
+    }
+  }
+  return Snapshot.canonicalJson(encodeMessage(message))
+}
+
+/** The constant end of a request's canonical text, by tool list and settings (both fixed for an agent and its registry). */
+const suffixes = new WeakMap<ReadonlyArray<ToolDefinition>, WeakMap<ModelSettings, string>>()
+
+const suffixOf = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettings): string => {
+  let bySettings = suffixes.get(tools)
+  if (bySettings === undefined) suffixes.set(tools, bySettings = new WeakMap())
+  let suffix = bySettings.get(settings)
+  if (suffix === undefined) {
+    suffix = `],"settings":${Snapshot.canonicalJson(encodeSettings(settings))},"tools":${Snapshot.canonicalJson(encodeTools(tools))}}`
+    bySettings.set(settings, suffix)
+  }
+  return suffix
+}
+
 /** @internal */
 export const make = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettings): Fingerprinter => {
-  const suffix = `],"settings":${Snapshot.canonicalJson(encodeSettings(settings))},"tools":${Snapshot.canonicalJson(encodeTools(tools))}}`
+  // A registry's model view and an agent's settings are immutable values: their text is made once.
+  const suffix = suffixOf(tools, settings)
   const running: Hash = createHash("sha256").update('{"messages":[', "utf8")
   let fed = 0
   return {
@@ -47,7 +100,7 @@ export const make = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettin
       // A shorter array than already fed is not an extension (a caller's own array): start over.
       if (messages.length < fed) return ofRequest({ messages, tools, settings })
       for (; fed < messages.length; fed++) {
-        const text = Snapshot.canonicalJson(encodeMessage(messages[fed]!))
+        const text = canonicalMessage(messages[fed]!)
         running.update(fed === 0 ? text : `,${text}`, "utf8")
       }
       return running.copy().update(suffix, "utf8").digest("hex")

@@ -10,7 +10,11 @@
  * refinement holds, and every `unknown` field (tool-call arguments, the snapshot) is a plain
  * JSON value; the writer compiled from the AST checks this and writes the text in the same
  * pass (property names pre-quoted, `JSON.stringify` only for strings that need escaping and
- * for the `unknown` fields). Anything else takes the slow path: Schema's own encode,
+ * for the `unknown` fields). A transformation takes the fast path only when its schema carries
+ * the `encodesAsItself` annotation (its encode is the identity and what it writes reads back as
+ * itself, e.g. `ModelReply`): the value must then be written by both its sides' writers (the
+ * type side's check, the encoded side's text), as Schema's encode checks both. Anything else
+ * takes the slow path: Schema's own encode,
  * `JSON.stringify` with a guard, and a Schema decode of the text, so that an odd but valid
  * value (a class instance where a struct is expected, extra properties, keys in another order)
  * is encoded exactly as before, and a value that would poison the log is refused.
@@ -140,6 +144,26 @@ const compileTypeLiteral = (ast: AST.TypeLiteral): Writer => {
   }
 }
 
+/**
+ * The annotation of a `Schema.transform` whose `encode` is the identity and whose `decode` gives
+ * back every value of its type side unchanged: its records are written by the fast path (see the
+ * module header). A promise by the schema's author, kept by a test of that schema.
+ * @internal
+ */
+export const encodesAsItself: unique symbol = Symbol.for("@polyloop/core/internal/recordJson/encodesAsItself")
+
+/**
+ * A transformation annotated `encodesAsItself`: Schema's encode checks the value against the
+ * type side, encodes it as itself, then checks and writes it as the encoded side; the writer
+ * does the same (the type side's writer as the check, the encoded side's text).
+ */
+const compileTransformation = (ast: AST.Transformation): Writer => {
+  if (ast.annotations[encodesAsItself] !== true) return never
+  const to = compile(ast.to)
+  const from = compile(ast.from)
+  return (value) => (to(value) === null ? null : from(value))
+}
+
 /** The literal `_tag` of a union member, if it is a tagged struct. */
 const tagOf = (ast: AST.AST): string | undefined => {
   if (ast._tag !== "TypeLiteral") return undefined
@@ -157,6 +181,9 @@ const isScalar = (ast: AST.AST): boolean => {
       return true
     case "Refinement":
       return isScalar(ast.from)
+    case "Union":
+      // `optional(Literal("a", "b"))`: a union of literals inside the optional's union.
+      return ast.types.every(isScalar)
     default:
       return false
   }
@@ -251,11 +278,20 @@ const compile = (ast: AST.AST): Writer => {
       return compileRefinement(ast)
     case "TupleType":
       return compileArray(ast)
+    case "Transformation":
+      return compileTransformation(ast)
     default:
       // `undefined` (only ever skipped as a property), transformations, declarations, …
       return never
   }
 }
+
+/**
+ * Whether the fast path writes `value` for `schema` (tests: a record kind the loop writes at every
+ * step must not fall to the slow path unnoticed).
+ * @internal
+ */
+export const writesFast = <A, I>(schema: Schema.Schema<A, I>, value: A): boolean => compile(schema.ast)(value) !== null
 
 /** Thrown by the slow path's guard; caught by the encoder. */
 class NotJson {

@@ -5,6 +5,8 @@
  *
  * @internal
  */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { ActionExecutor } from "../ActionExecutor.js"
 import type { DecisionParser } from "../DecisionParser.js"
@@ -62,11 +64,30 @@ type Parts<O extends Options> =
  */
 export type AgentLayer<O extends Options> = Layer.Layer<Requirements, ErrorOf<Parts<O>>, InputOf<Parts<O>>>
 
-/** The services a run needs, from a store, a model, a parser and tools (or an executor). */
+/**
+ * The services a run needs, from a store, a model, a parser and tools (or an executor). The
+ * parts are built one after the other (design 0214), each on the memo map and scope of the
+ * enclosing build (`Layer.extendScope`: memoised there, released with that scope), each with
+ * its inputs from outside — what `Layer.mergeAll` of the parts gives, without forking a fiber
+ * and two scopes per pair of parts: that cost more than the rest of a short run.
+ */
 export const layer = <const O extends Options>(options: O): AgentLayer<O> => {
-  const executor = options.executor ?? ToolRegistry.layerExecutor(options.tools)
-  const merged = Layer.mergeAll(options.store, options.model, options.parser, options.events ?? EventSink.layerNoop, executor)
-  // `merged`'s error and input are the `unknown` of the options' bounds; `AgentLayer<O>` names
+  // Any layer is a `Layer<never, …>` (a layer is contravariant in what it provides); the result's
+  // type is named below.
+  const parts: ReadonlyArray<Layer.Layer<never, unknown, unknown>> = [
+    options.store,
+    options.model,
+    options.parser,
+    options.events ?? EventSink.layerNoop,
+    options.executor ?? ToolRegistry.layerExecutor(options.tools)
+  ]
+  const built = Layer.scopedContext(
+    Effect.flatMap(Layer.CurrentMemoMap, (memoMap) =>
+      Effect.flatMap(Effect.scope, (scope) =>
+        Effect.reduce(parts, Context.empty() as Context.Context<Requirements>, (context, part) =>
+          Effect.map(Layer.buildWithMemoMap(Layer.extendScope(part), memoMap, scope), (services) => Context.merge(context, services)))))
+  )
+  // `built`'s error and input are the `unknown` of the options' bounds; `AgentLayer<O>` names
   // the precise ones of the layers actually given.
-  return merged as unknown as AgentLayer<O>
+  return built as unknown as AgentLayer<O>
 }
