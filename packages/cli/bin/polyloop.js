@@ -23,10 +23,15 @@ const entry = import.meta.resolve("@polyloop/cli/bin")
 const args = process.argv.slice(2)
 const loadsUserModule = args.includes("replay") && args.some((arg) => arg === "--agent" || arg.startsWith("--agent="))
 
-/** Where the code cache of `source` is kept (undefined: no cache). */
+/** Where the code cache of `source` is kept (undefined: no cache — turned off, or no home to keep it in). */
 const cacheFile = (source) => {
   if (process.env.NODE_DISABLE_COMPILE_CACHE !== undefined) return undefined
-  const base = process.env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache")
+  let base
+  try {
+    base = process.env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache")
+  } catch {
+    return undefined
+  }
   const key = createHash("sha256").update(`${process.version}\0${process.arch}\0${process.execArgv.join(" ")}\0`).update(source).digest("hex")
   return path.join(base, "polyloop", "compile-cache", `${key.slice(0, 40)}.v8`)
 }
