@@ -12,6 +12,8 @@
  *   CHAOS_PG=0 npm run chaos                              # SQLite only
  *   CHAOS_VARIANTS=tools.sqlite,approval npm run chaos    # the variants whose ids start so
  *   CHAOS_MAX_SECONDS=3000 npm run chaos                  # stop taking scenarios after 50 minutes (the summary says so)
+ *   CHAOS_CONCURRENCY=3 CHAOS_POOL=7 npm run chaos        # scenarios at a time, warm children (default 2 × concurrency + 1)
+ *   CHAOS_V8_FLAGS='--no-opt' npm run chaos               # the children's V8 flags (default: chaos-pool.ts)
  *
  * PostgreSQL: the server at `POLYLOOP_TEST_PG_URL`, else a private one started here
  * (`support/pg-server.ts`, as the tests do) and stopped at the end.
@@ -29,6 +31,8 @@ const poolSize = Number(process.env["CHAOS_POOL"] ?? 2 * concurrency + 1)
 const summaryFile = process.env["CHAOS_SUMMARY"] ?? "chaos-summary.json"
 const replay = process.env["CHAOS_ID"]
 const usePg = (process.env["CHAOS_PG"] ?? "1") !== "0"
+// The children's V8 flags (space-separated; default chaos-pool.ts's defaultV8Flags).
+const v8Flags = process.env["CHAOS_V8_FLAGS"]?.split(" ").filter((f) => f !== "")
 const maxSeconds = process.env["CHAOS_MAX_SECONDS"] === undefined ? undefined : Number(process.env["CHAOS_MAX_SECONDS"])
 
 /**
@@ -54,7 +58,7 @@ const main = async () => {
     server = await PgServer.start()
     pgUrl = server.url
   }
-  const env = await Chaos.makeEnv({ poolSize, ...(pgUrl === undefined ? {} : { pgUrl }) })
+  const env = await Chaos.makeEnv({ poolSize, ...(pgUrl === undefined ? {} : { pgUrl }), ...(v8Flags === undefined ? {} : { v8Flags }) })
   console.log(`children start from ${env.pool.start.snapshot ? "a V8 start-up snapshot" : `their bundle (no snapshot: ${env.pool.start.fallback})`}`)
   try {
     if (replay !== undefined) {

@@ -69,16 +69,17 @@ export interface Pool {
 
 const keep = (text: string, more: string) => (text + more).slice(-4000)
 
+/** The most lives a child runs before it is retired. */
+const maxLives = 200
+
 /**
- * V8 flags of the children. A child lives for a few lives of a few tenths of a second, most of
- * its code run once: `--no-opt` (no TurboFan: its work, on a background thread but CPU all the
- * same, never pays off in so short a life) and `--no-lazy-feedback-allocation` (type feedback
- * from a function's first call, not its ninth: inline caches warm in the first life). Measured
- * on a child of the tool script on SQLite (12 children each, loaded 2-core machine, noisy):
- * start / first life / a warm life 0.17 / 0.17 / 0.09 CPU-s without flags, 0.16 / 0.15 / 0.08
- * with `--no-opt`, 0.12–0.15 / 0.12–0.13 / 0.06 with both.
+ * V8 flags of the children: `--no-opt`, no TurboFan. A child lives for a few lives of a few
+ * tenths of a second, most of its code run once or a few times: the optimizing compiler's work
+ * (on a background thread, CPU all the same) never pays off. Measured side by side (100
+ * `approval.sqlite` scenarios each, load ≈ 22): 0.56 CPU-s per scenario without flags, 0.50
+ * with `--no-opt`, 0.51 with `--no-opt --no-lazy-feedback-allocation` (design 0220, Decision 5).
  */
-export const defaultV8Flags: ReadonlyArray<string> = ["--no-opt", "--no-lazy-feedback-allocation"]
+export const defaultV8Flags: ReadonlyArray<string> = ["--no-opt"]
 
 /** Starts a pool of `size` warm children. */
 export const make = async (options: { readonly size: number; readonly v8Flags?: ReadonlyArray<string> }): Promise<Pool> => {
@@ -120,7 +121,10 @@ export const make = async (options: { readonly size: number; readonly v8Flags?: 
       })
       child.output = ""
       child.lives++
-      release(child)
+      // A warm child may now outlive thousands of scenarios: retired after `maxLives` (its stdin
+      // ended, it exits; `close` starts another), so nothing it keeps can grow for the whole run.
+      if (child.lives >= maxLives) (child.process.stdin as Writable).end()
+      else release(child)
     }
   }
 

@@ -118,8 +118,8 @@ const adminRun = <A>(url: string, f: (sql: SqlClient.SqlClient) => Effect.Effect
 let databases = 0
 
 /** Starts the pool (and connects to PostgreSQL, creating the suite's database, when `pgUrl` is given). */
-export const makeEnv = async (options: { readonly poolSize: number; readonly pgUrl?: string }): Promise<Env> => {
-  const pool = await Pool.make({ size: options.poolSize })
+export const makeEnv = async (options: { readonly poolSize: number; readonly pgUrl?: string; readonly v8Flags?: ReadonlyArray<string> }): Promise<Env> => {
+  const pool = await Pool.make({ size: options.poolSize, ...(options.v8Flags === undefined ? {} : { v8Flags: options.v8Flags }) })
   const tmp = Fs.mkdtempSync(Path.join(Os.tmpdir(), "polyloop-chaos-"))
   if (options.pgUrl === undefined) return { pool, tmp }
   const server = options.pgUrl
