@@ -23,11 +23,29 @@ import * as PgServer from "./support/pg-server.js"
 
 const seed = Number(process.env["CHAOS_SEED"] ?? 1)
 const concurrency = Number(process.env["CHAOS_CONCURRENCY"] ?? 3)
-const poolSize = Number(process.env["CHAOS_POOL"] ?? concurrency + 2)
+// Twice as many children as scenarios at a time, and one: a life that will be killed wants a
+// fresh child and a surviving one a warm child (chaos-pool.ts), both at hand.
+const poolSize = Number(process.env["CHAOS_POOL"] ?? 2 * concurrency + 1)
 const summaryFile = process.env["CHAOS_SUMMARY"] ?? "chaos-summary.json"
 const replay = process.env["CHAOS_ID"]
 const usePg = (process.env["CHAOS_PG"] ?? "1") !== "0"
 const maxSeconds = process.env["CHAOS_MAX_SECONDS"] === undefined ? undefined : Number(process.env["CHAOS_MAX_SECONDS"])
+
+/**
+ * CPU seconds used so far by the private PostgreSQL server: its postmaster and the backends it
+ * reaped (each connection's process; `/proc/<pid>/stat`); undefined for a server not started
+ * here or without `/proc`.
+ */
+const serverCpu = (server: PgServer.PgServer | undefined): number | undefined => {
+  if (server === undefined) return undefined
+  try {
+    const pid = Fs.readFileSync(`${server.dataDir}/postmaster.pid`, "utf8").split("\n")[0]!.trim()
+    const fields = Fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+    return (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100
+  } catch {
+    return undefined
+  }
+}
 
 const main = async () => {
   let server: PgServer.PgServer | undefined
@@ -59,6 +77,7 @@ const main = async () => {
     console.log(`${points} crash points over ${refs.length} variants; ${rounds} rounds (seeds ${seed}..${seed + rounds - 1}), ${concurrency} at a time, ${poolSize} warm children`)
     const work = Chaos.enumerate(refs, seed, rounds).slice(0, target)
     let done = 0
+    const serverBefore = serverCpu(server)
     const totals = await Chaos.runWork(env, work, {
       concurrency,
       ...(maxSeconds === undefined ? {} : { maxSeconds }),
@@ -79,6 +98,11 @@ const main = async () => {
       machine: { cpus: Os.cpus().length, loadAverage: Os.loadavg() },
       finishedAt: new Date().toISOString(),
       ...totals,
+      // The PostgreSQL server's share, not in cpuSeconds (undefined: a server not started here).
+      ...(serverBefore === undefined ? {} : (() => {
+        const seconds = (serverCpu(server) ?? serverBefore) - serverBefore
+        return { pgServerCpuSeconds: seconds, cpuSecondsPerScenarioWithServer: totals.scenarios === 0 ? 0 : (totals.cpuSeconds.parent + totals.cpuSeconds.children + seconds) / totals.scenarios }
+      })()),
       byVariant: Chaos.byVariant(refs, work)
     }
     Fs.writeFileSync(summaryFile, JSON.stringify(written, null, 2) + "\n")
