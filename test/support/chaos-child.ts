@@ -106,7 +106,10 @@ const statementPoint = (source: string): string | null => {
       renewing = true
       return "renew"
     }
-    if (renewing) {
+    // Only the renewal's own read (a plain SELECT) ends it: an append's fence read (`FOR SHARE`)
+    // or one-statement append on another connection may come in between on PostgreSQL, and
+    // naming it "renew check" made the count of "claim read" depend on the renewal timer.
+    if (renewing && /^SELECT/i.test(text) && !/FOR SHARE/i.test(text)) {
       renewing = false
       return "renew check"
     }
