@@ -31,16 +31,11 @@ import * as path from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { clusterTimings, maxConcurrentRuns, shardsPerGroup } from "./lib/cluster-settings.js"
 import * as F from "./lib/fixtures.js"
-import { now, round } from "./lib/measure.js"
+import { now, option, round } from "./lib/measure.js"
 import { withSqlite } from "./lib/store.js"
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url))
 const repoRoot = path.resolve(benchDir, "..")
-const argv = process.argv.slice(2)
-const option = (name: string): string | undefined => {
-  const i = argv.indexOf(name)
-  return i < 0 ? undefined : argv[i + 1]
-}
 const RUNS = Number(option("--runs") ?? 300)
 const STEPS = Number(option("--steps") ?? 5)
 const log = (message: string) => process.stderr.write(`[bench cluster] ${message}\n`)

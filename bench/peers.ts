@@ -34,16 +34,11 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as F from "./lib/fixtures.js"
-import { cpuMicros, now, round, stat } from "./lib/measure.js"
+import { argv, cpuMicros, now, option, round, stat } from "./lib/measure.js"
 import * as Raw from "./lib/sqlite.js"
 
 const self = fileURLToPath(import.meta.url)
 const benchDir = path.dirname(self)
-const argv = process.argv.slice(2)
-const option = (name: string): string | undefined => {
-  const i = argv.indexOf(name)
-  return i < 0 ? undefined : argv[i + 1]
-}
 
 const systems = ["polyloop-memory", "polyloop-sqlite", "ai-sdk"] as const
 type System = (typeof systems)[number]

@@ -46,16 +46,11 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as F from "./lib/fixtures.js"
-import { cpuMicros, now, round, stat } from "./lib/measure.js"
+import { argv, cpuMicros, now, option, round, stat } from "./lib/measure.js"
 import * as Raw from "./lib/sqlite.js"
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url))
 const root = path.resolve(benchDir, "..")
-const argv = process.argv.slice(2)
-const option = (name: string): string | undefined => {
-  const i = argv.indexOf(name)
-  return i < 0 ? undefined : argv[i + 1]
-}
 const label = option("--label") ?? "after"
 const quick = argv.includes("--quick")
 const coldStartOnly = argv.includes("--cold-start")

@@ -29,14 +29,9 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as F from "./lib/fixtures.js"
-import { cpuMicros, interleave, now, round, stat } from "./lib/measure.js"
+import { cpuMicros, interleave, now, option, round, stat } from "./lib/measure.js"
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url))
-const argv = process.argv.slice(2)
-const option = (name: string): string | undefined => {
-  const i = argv.indexOf(name)
-  return i < 0 ? undefined : argv[i + 1]
-}
 const label = option("--label") ?? "after"
 const out = option("--out") ?? path.join(benchDir, "results.streaming.json")
 

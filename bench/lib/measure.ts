@@ -91,3 +91,12 @@ export const round = (value: number, digits = 1): number => {
   const f = 10 ** digits
   return Math.round(value * f) / f
 }
+
+/** The benchmark's command-line arguments (after the script). */
+export const argv: ReadonlyArray<string> = process.argv.slice(2)
+
+/** The value after `name` on the command line (`--label after`), if given. */
+export const option = (name: string): string | undefined => {
+  const i = argv.indexOf(name)
+  return i < 0 ? undefined : argv[i + 1]
+}
