@@ -16,6 +16,9 @@
  *   `MockLanguageModelV3` answering every step with one call of a no-op tool, the tool loop
  *   stopped by `stopWhen: stepCountIs(steps)`; the model and the tool set are built for the run.
  *   It keeps nothing.
+ * - ports floor (`bench/lib/portsFloor.ts`): the same ports called in the same order as a step of
+ *   `Agent.run`, and nothing else — what the ports' Effect calls alone cost, so a per-step target
+ *   can be set against what Effect itself costs. It keeps none of polyloop's promises.
  *
  * The figure is CPU µs per step of the process (user + system: what the load of a shared machine
  * disturbs least), with wall µs beside it; the median over the measured runs of all processes.
@@ -34,13 +37,14 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as F from "./lib/fixtures.js"
+import * as Floor from "./lib/portsFloor.js"
 import { argv, cpuMicros, now, option, round, stat } from "./lib/measure.js"
 import * as Raw from "./lib/sqlite.js"
 
 const self = fileURLToPath(import.meta.url)
 const benchDir = path.dirname(self)
 
-const systems = ["polyloop-memory", "polyloop-sqlite", "ai-sdk"] as const
+const systems = ["polyloop-memory", "polyloop-sqlite", "ai-sdk", "ports-floor"] as const
 type System = (typeof systems)[number]
 
 let counter = 0
@@ -95,8 +99,16 @@ const aiSdkRun = async (steps: number): Promise<unknown> => {
   return result
 }
 
-const runOnce = (system: System, steps: number): Promise<unknown> =>
-  system === "ai-sdk" ? aiSdkRun(steps) : polyloopRun(steps, system === "polyloop-memory" ? "memory" : "sqlite")
+const runOnce = (system: System, steps: number): Promise<unknown> => {
+  switch (system) {
+    case "ai-sdk":
+      return aiSdkRun(steps)
+    case "ports-floor":
+      return Floor.run(nextId("floor"), steps)
+    default:
+      return polyloopRun(steps, system === "polyloop-memory" ? "memory" : "sqlite")
+  }
+}
 
 /** In a child process: one warm-up run, then five measured runs; CPU and wall µs per step of each. */
 const child = async (system: System, steps: number) => {
@@ -158,7 +170,10 @@ const main = async () => {
     ratios[String(steps)] = {
       aiSdkOverPolyloopMemory: round(ai / row["polyloop-memory"].cpuMicrosPerStep.median, 2),
       aiSdkOverPolyloopSqlite: round(ai / row["polyloop-sqlite"].cpuMicrosPerStep.median, 2),
-      aiSdkWallOverPolyloopSqliteWall: round(row["ai-sdk"].wallMicrosPerStep.median / row["polyloop-sqlite"].wallMicrosPerStep.median, 2)
+      aiSdkWallOverPolyloopSqliteWall: round(row["ai-sdk"].wallMicrosPerStep.median / row["polyloop-sqlite"].wallMicrosPerStep.median, 2),
+      // The most any loop on these ports could reach, measured the same way (bench/lib/portsFloor.ts).
+      aiSdkOverPortsFloor: round(ai / row["ports-floor"].cpuMicrosPerStep.median, 2),
+      polyloopMemoryOverPortsFloor: round(row["polyloop-memory"].cpuMicrosPerStep.median / row["ports-floor"].cpuMicrosPerStep.median, 2)
     }
   }
   const aiVersion = (JSON.parse(fs.readFileSync(createRequire(import.meta.url).resolve("ai/package.json"), "utf8")) as { version: string }).version

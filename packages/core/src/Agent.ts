@@ -265,12 +265,18 @@ const finish = (run: Run, stopReason: StopReason) =>
     return resultOf(run.runId, record)
   })
 
+/**
+ * Judges, then steps or finishes. Called when the previous step has completed (the state is
+ * current): from `loop`, and from the continuation of each step — so a step costs no extra
+ * suspension.
+ */
+const next = (run: Run): Effect.Effect<RunResult, Gate.LoopError> => {
+  const stop = judge(run)
+  return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => next(run))
+}
+
 /** Steps until the stop judgment says stop, then finishes the run. */
-const loop = (run: Run): Effect.Effect<RunResult, Gate.LoopError> =>
-  Effect.suspend(() => {
-    const stop = judge(run)
-    return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => loop(run))
-  })
+const loop = (run: Run): Effect.Effect<RunResult, Gate.LoopError> => Effect.suspend(() => next(run))
 
 /**
  * The recorded snapshot against the current one (`Snapshot.matches`: equal, or recorded by an

@@ -52,6 +52,13 @@ describe("Agent.layer", () => {
       assert.strictEqual(result.steps, 2)
       const seen = yield* model.requests
       assert.strictEqual(seen[1]?.request.messages.at(-1)?.text, "4", "the derived executor ran the handler with the outer Thermometer")
+      // The defaults (design 0214, amendment): the no-op sink itself, and the registry's derived executor.
+      const [sink, executor] = yield* Effect.all([EventSink.EventSink, ActionExecutor.ActionExecutor]).pipe(
+        Effect.provide(services),
+        Effect.provide(thermometer)
+      )
+      assert.isTrue(EventSink.isNoop(sink), "no events given: the loop builds no events")
+      assert.isTrue(ToolRegistry.isDerivedExecutor(executor) && ToolRegistry.isDerivedFrom(executor, tools))
     }))
 
   it.effect("a registry with a tool without handler: MissingToolHandler is in the layer's type and fails the provide", () =>

@@ -8,7 +8,7 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import type { ActionExecutor } from "../ActionExecutor.js"
+import { ActionExecutor } from "../ActionExecutor.js"
 import type { DecisionParser } from "../DecisionParser.js"
 import * as EventSink from "../EventSink.js"
 import type { ModelClient } from "../ModelClient.js"
@@ -66,26 +66,35 @@ export type AgentLayer<O extends Options> = Layer.Layer<Requirements, ErrorOf<Pa
 
 /**
  * The services a run needs, from a store, a model, a parser and tools (or an executor). The
- * parts are built one after the other (design 0214), each on the memo map and scope of the
- * enclosing build (`Layer.extendScope`: memoised there, released with that scope), each with
- * its inputs from outside — what `Layer.mergeAll` of the parts gives, without forking a fiber
- * and two scopes per pair of parts: that cost more than the rest of a short run.
+ * given parts are built one after the other (design 0214), each on the memo map and scope of
+ * the enclosing build (`Layer.extendScope`: memoised there, released with that scope), each
+ * with its inputs from outside — what `Layer.mergeAll` of the parts gives, without forking a
+ * fiber and two scopes per pair of parts: that cost more than the rest of a short run. The
+ * default sink and executor are made in place, after them.
  */
 export const layer = <const O extends Options>(options: O): AgentLayer<O> => {
   // Any layer is a `Layer<never, …>` (a layer is contravariant in what it provides); the result's
   // type is named below.
-  const parts: ReadonlyArray<Layer.Layer<never, unknown, unknown>> = [
-    options.store,
-    options.model,
-    options.parser,
-    options.events ?? EventSink.layerNoop,
-    options.executor ?? ToolRegistry.layerExecutor(options.tools)
-  ]
+  const given: Array<Layer.Layer<never, unknown, unknown>> = [options.store, options.model, options.parser]
+  if (options.events !== undefined) given.push(options.events)
+  if (options.executor !== undefined) given.push(options.executor)
+  // The defaults are made in place (design 0214, amendment): memoising a layer only this call
+  // makes shares nothing, and costs more than the rest of building a short run's services.
+  const tools = options.executor === undefined ? options.tools : undefined
+  const defaults = (context: Context.Context<Requirements>): Effect.Effect<Context.Context<Requirements>, unknown, unknown> => {
+    const withSink = options.events === undefined ? Context.add(context, EventSink.EventSink, EventSink.noop) : context
+    return tools === undefined
+      ? Effect.succeed(withSink)
+      : Effect.map(tools.executor(), (executor) => Context.add(withSink, ActionExecutor, executor))
+  }
   const built = Layer.scopedContext(
     Effect.flatMap(Layer.CurrentMemoMap, (memoMap) =>
       Effect.flatMap(Effect.scope, (scope) =>
-        Effect.reduce(parts, Context.empty() as Context.Context<Requirements>, (context, part) =>
-          Effect.map(Layer.buildWithMemoMap(Layer.extendScope(part), memoMap, scope), (services) => Context.merge(context, services)))))
+        Effect.flatMap(
+          Effect.reduce(given, Context.empty() as Context.Context<Requirements>, (context, part) =>
+            Effect.map(Layer.buildWithMemoMap(Layer.extendScope(part), memoMap, scope), (services) => Context.merge(context, services))),
+          defaults
+        )))
   )
   // `built`'s error and input are the `unknown` of the options' bounds; `AgentLayer<O>` names
   // the precise ones of the layers actually given.
