@@ -19,6 +19,7 @@
  * - ports floor (`bench/lib/portsFloor.ts`): the same ports called in the same order as a step of
  *   `Agent.run`, and nothing else — what the ports' Effect calls alone cost, so a per-step target
  *   can be set against what Effect itself costs. It keeps none of polyloop's promises.
+ *   `ports-floor-no-context` is the same without providing the handler its `ToolContext`.
  *
  * The figure is CPU µs per step of the process (user + system: what the load of a shared machine
  * disturbs least), with wall µs beside it; the median over the measured runs of all processes.
@@ -44,7 +45,7 @@ import * as Raw from "./lib/sqlite.js"
 const self = fileURLToPath(import.meta.url)
 const benchDir = path.dirname(self)
 
-const systems = ["polyloop-memory", "polyloop-sqlite", "ai-sdk", "ports-floor"] as const
+const systems = ["polyloop-memory", "polyloop-sqlite", "ai-sdk", "ports-floor", "ports-floor-no-context"] as const
 type System = (typeof systems)[number]
 
 let counter = 0
@@ -105,6 +106,8 @@ const runOnce = (system: System, steps: number): Promise<unknown> => {
       return aiSdkRun(steps)
     case "ports-floor":
       return Floor.run(nextId("floor"), steps)
+    case "ports-floor-no-context":
+      return Floor.run(nextId("floor"), steps, { toolContext: false })
     default:
       return polyloopRun(steps, system === "polyloop-memory" ? "memory" : "sqlite")
   }
@@ -173,6 +176,7 @@ const main = async () => {
       aiSdkWallOverPolyloopSqliteWall: round(row["ai-sdk"].wallMicrosPerStep.median / row["polyloop-sqlite"].wallMicrosPerStep.median, 2),
       // The most any loop on these ports could reach, measured the same way (bench/lib/portsFloor.ts).
       aiSdkOverPortsFloor: round(ai / row["ports-floor"].cpuMicrosPerStep.median, 2),
+      aiSdkOverPortsFloorWithoutToolContext: round(ai / row["ports-floor-no-context"].cpuMicrosPerStep.median, 2),
       polyloopMemoryOverPortsFloor: round(row["polyloop-memory"].cpuMicrosPerStep.median / row["ports-floor"].cpuMicrosPerStep.median, 2)
     }
   }

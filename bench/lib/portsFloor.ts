@@ -38,8 +38,12 @@ const servicesFor = (steps: number) =>
     )
   }))
 
-/** One floor run of `steps` steps; fails (as a defect) if a step's decision is not the one tool call. */
-export const run = (runId: string, steps: number): Promise<number> => {
+/**
+ * One floor run of `steps` steps; fails (as a defect) if a step's decision is not the one tool
+ * call. `toolContext: false` calls the handler without providing its `ToolContext` — what a loop
+ * that broke the spec's promise (a handler may read `ToolContext`) would save.
+ */
+export const run = (runId: string, steps: number, options: { readonly toolContext: boolean } = { toolContext: true }): Promise<number> => {
   const program = Effect.flatMap(
     Effect.all([ModelClient.ModelClient, DecisionParser.DecisionParser, FloorStore]),
     ([model, parser, store]) => {
@@ -56,7 +60,8 @@ export const run = (runId: string, steps: number): Promise<number> => {
               if (decision._tag !== "Act" || decision.actions[0]._tag !== "ToolCall") return Effect.dieMessage(`floor: step ${k} is not a tool call`)
               const call = decision.actions[0]
               const context = ToolContext.make({ runId, step: k, callId: call.id ?? `call_${k}` })
-              return Effect.flatMap(Effect.provideService(handler(call.arguments as { readonly n: number }), ToolContext.ToolContext, context), (observation) =>
+              const handled = handler(call.arguments as { readonly n: number })
+              return Effect.flatMap(options.toolContext ? Effect.provideService(handled, ToolContext.ToolContext, context) : handled, (observation) =>
                 Effect.flatMap(store.append({ step: k, observation }), () => {
                   messages.push({ _tag: "Assistant", text: reply.text, toolCalls: reply.toolCalls }, { _tag: "Tool", callId: context.callId, name: call.name, text: observation })
                   return step(k + 1)
