@@ -37,6 +37,7 @@ import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 
 // -----------------------------------------------------------------------------
@@ -74,10 +75,13 @@ const cleanStderr = (stderr: string, cwd: string): string =>
 const collect = <E>(stream: Stream.Stream<Uint8Array, E>): Effect.Effect<string, E> =>
   Stream.decodeText(stream).pipe(Stream.runCollect, Effect.map((chunks) => Chunk.join(chunks, "")))
 
-class StartFailed {
-  readonly _tag = "StartFailed"
-  constructor(readonly message: string) {}
-}
+/** The child process could not be started: the environment is broken (the run ends with EnvError). */
+export class StartFailed extends Schema.TaggedError<StartFailed>()("StartFailed", {
+  /** The program that was to be started. */
+  runtime: Schema.String,
+  message: Schema.String,
+  cause: Schema.optional(Schema.Defect)
+}) {}
 
 /**
  * An `ActionExecutor` that evaluates a JavaScript `CodeAction` in a fresh child process. The
@@ -93,7 +97,7 @@ export const makeExecutor = (options: ExecutorOptions): Effect.Effect<ActionExec
       Effect.scoped(
         Effect.gen(function*() {
           const command = Command.make(options.runtime, "--input-type=module", "-").pipe(Command.feed(prelude + code))
-          const child = yield* Command.start(command).pipe(Effect.mapError((error) => new StartFailed(error.message)))
+          const child = yield* Command.start(command).pipe(Effect.mapError((error) => new StartFailed({ runtime: options.runtime, message: error.message, cause: error })))
           return yield* Effect.all([collect(child.stdout), collect(child.stderr), child.exitCode], { concurrency: "unbounded" }).pipe(
             Effect.map(([stdout, stderr, exitCode]) => ({ _tag: "Exited" as const, stdout, stderr, exitCode })),
             // A process that died by a signal has no exit code: still something the code did.
@@ -133,7 +137,7 @@ export const makeExecutor = (options: ExecutorOptions): Effect.Effect<ActionExec
             }
           }
         }),
-        Effect.catchAll((failed) => Effect.succeed(ActionOutcome.envError(`cannot start ${options.runtime}: ${failed.message}`))),
+        Effect.catchTag("StartFailed", (failed) => Effect.succeed(ActionOutcome.envError(`cannot start ${failed.runtime}: ${failed.message}`))),
         Effect.provide(context)
       )
     }

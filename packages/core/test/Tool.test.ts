@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import * as Action from "@polyloop/core/Action"
 import { ToolEnvironmentError } from "@polyloop/core/Errors"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
@@ -55,18 +56,32 @@ describe("Tool.make", () => {
     assert.isTrue(errorType && contextType && registryNeeds)
   })
 
-  it("lets a handler fail with ToolEnvironmentError alongside its own errors", () => {
-    const tool = Tool.make({
-      name: "query",
-      description: "",
-      parameters: Schema.Struct({ sql: Schema.String }),
-      handler: (args): Effect.Effect<string, ToolEnvironmentError | Oops> =>
-        args.sql.length === 0
-          ? Effect.fail(new Oops({ message: "empty query" }))
-          : Effect.fail(new ToolEnvironmentError({ message: "connection refused" }))
-    })
-    assert.isDefined(tool.handler)
-  })
+  it.effect("lets a handler fail with ToolEnvironmentError alongside its own errors: the first is EnvError, the other Executed", () =>
+    Effect.gen(function*() {
+      const tool = Tool.make({
+        name: "query",
+        description: "",
+        parameters: Schema.Struct({ sql: Schema.String }),
+        handler: (args): Effect.Effect<string, ToolEnvironmentError | Oops> =>
+          args.sql.length === 0
+            ? Effect.fail(new Oops({ message: "empty query" }))
+            : Effect.fail(new ToolEnvironmentError({ message: "connection refused" }))
+      })
+      // The tool's own error is `Oops`; its handler may fail with `ToolEnvironmentError` as well.
+      const ownError: Equals<typeof tool, Tool.Handled<{ readonly sql: string }, Oops, never>> = true
+      const handlerErrors: Equals<Effect.Effect.Error<ReturnType<typeof tool.handler>>, ToolEnvironmentError | Oops> = true
+      assert.isTrue(ownError && handlerErrors)
+      const executor = yield* ToolRegistry.make(tool).executor()
+      const query = (sql: string) => Action.ToolCall.make({ id: "call_1", name: "query", arguments: { sql } })
+      const down = yield* executor.executeReport(query("select 1"))
+      assert.strictEqual(down.outcome.status, "EnvError")
+      assert.include(down.outcome.observation, "connection refused")
+      assert.isTrue(down.handlerFailed)
+      const mistake = yield* executor.executeReport(query(""))
+      assert.strictEqual(mistake.outcome.status, "Executed")
+      assert.include(mistake.outcome.observation, "empty query")
+      assert.isTrue(mistake.handlerFailed)
+    }))
 
   it("defaults: replayPolicy Never, completesRun false, no timeout, no handler", () => {
     const tool = Tool.make({ name: "t", description: "d", parameters: Schema.Struct({}) })

@@ -18,7 +18,7 @@ import * as Agent from "@polyloop/core/Agent"
 import * as Approval from "@polyloop/core/Approval"
 import { StoreError } from "@polyloop/core/Errors"
 import * as Ids from "@polyloop/core/Ids"
-import * as ModelReply from "@polyloop/core/ModelReply"
+import type * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
@@ -27,13 +27,10 @@ import * as ToolContext from "@polyloop/core/ToolContext"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "../../ScriptedModel.js"
 import type { Assert } from "../vitest.js"
-import { recordingSink, say, usage } from "./fixtures.js"
+import { calls, recordingSink, say } from "./fixtures.js"
 import { type Harness, request, type SuiteContext } from "./harness.js"
 
 const native = NativeToolCallParser.make()
-
-const calls = (...list: ReadonlyArray<readonly [string, unknown]>): ModelReply.ModelReply =>
-  ModelReply.make({ text: "", toolCalls: list.map(([name, args]) => ({ id: "", name, argumentsText: JSON.stringify(args) })), usage })
 
 const Refund = Schema.Struct({ orderId: Schema.Number, amount: Schema.Number })
 

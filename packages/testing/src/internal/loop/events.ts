@@ -5,7 +5,11 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import { EventDeliveryError } from "@polyloop/core/Errors"
+import * as EventSink from "@polyloop/core/EventSink"
 import * as Ids from "@polyloop/core/Ids"
+import type { LoopEvent } from "@polyloop/core/LoopEvent"
+import type * as RunLog from "@polyloop/core/RunLog"
 import * as ScriptedModel from "../../ScriptedModel.js"
 import type { Assert } from "../vitest.js"
 import { makeFixture, call, say, recordingSink } from "./fixtures.js"
@@ -41,10 +45,21 @@ export const register = (ctx: SuiteContext): void => {
     test("events of a run are emitted in order, each after the record it reports", (h) =>
       Effect.gen(function*() {
         const f = makeFixture()
-        const sink = recordingSink()
+        // At each delivery the sink reads the run's log from the store under test: a record an
+        // event reports must already be there; a step's records must not be there at StepStarted.
+        const seen: Array<{ readonly event: LoopEvent; readonly durable: boolean }> = []
+        const sink = EventSink.layer((event) =>
+          h.log(event.runId).pipe(
+            Effect.map((log) => {
+              seen.push({ event, durable: isDurable(log, event) })
+            }),
+            Effect.mapError((error) => new EventDeliveryError({ message: `cannot read the log: ${error.message}`, cause: error }))
+          )
+        )
         const model = yield* ScriptedModel.make([call("echo", { text: "a" }), say("nonsense"), say("FINISH: ok")])
-        yield* h.run(request("events-1", f.tools), { model: model.layer, sink: sink.layer })
-        assert.deepStrictEqual(sink.events.map((e) => e._tag), [
+        const result = yield* h.run(request("events-1", f.tools), { model: model.layer, sink })
+        assert.strictEqual(result.eventDeliveryFailures, 0, "the sink could read the log at every event")
+        assert.deepStrictEqual(seen.map(({ event }) => event._tag), [
           "RunStarted",
           "StepStarted",
           "ModelReplied",
@@ -61,9 +76,36 @@ export const register = (ctx: SuiteContext): void => {
           "StepCompleted",
           "RunFinished"
         ])
+        const notYetDurable = seen.filter(({ durable }) => !durable).map(({ event }) => "step" in event ? `${event._tag}@${event.step}` : event._tag)
+        assert.deepStrictEqual(notYetDurable, [], "each event's record was in the log when the event was emitted")
         const log = yield* h.log(Ids.runId("events-1"))
-        const started = sink.events[0]
+        const started = seen[0]?.event
         assert.strictEqual(started?._tag === "RunStarted" ? started.snapshotHash : "", Option.getOrThrow(log.started).snapshotHash)
       }))
   })
+}
+
+/**
+ * Is what `event` reports in `log`? `RunStarted`, `ModelReplied`, `ActionExecuted`,
+ * `StepCompleted` and `RunFinished` each need their record; at `StepStarted` none of the step's
+ * records exist yet; `DecisionParsed` follows its step's reply.
+ */
+const isDurable = (log: RunLog.RunLog, event: LoopEvent): boolean => {
+  switch (event._tag) {
+    case "RunStarted":
+      return Option.exists(log.started, (record) => record.snapshotHash === event.snapshotHash)
+    case "StepStarted":
+      return !log.replies.some((r) => r.step === event.step) && !log.steps.some((s) => s.step === event.step)
+    case "ModelReplied":
+    case "DecisionParsed":
+      return log.replies.some((r) => r.step === event.step)
+    case "ActionExecuted":
+      return log.results.some((r) => r.step === event.step && r.callIndex === event.callIndex && r.outcome.status === event.outcome.status)
+    case "StepCompleted":
+      return log.steps.some((s) => s.step === event.step && s.decision._tag === event.decision)
+    case "RunFinished":
+      return Option.exists(log.finished, (record) => record.stopReason._tag === event.stopReason._tag)
+    default:
+      return true
+  }
 }

@@ -207,6 +207,9 @@ export const usage = { inputTokens: 10, outputTokens: 2 } as const
 
 export const call = (name: string, args: unknown) => ScriptedModel.toolCall(name, args, { usage })
 export const say = (text: string) => ScriptedModel.text(text, usage)
+/** A reply calling several tools at once (ids filled by the scripted model: `call_s<step>_<i>`). */
+export const calls = (...list: ReadonlyArray<readonly [string, unknown]>): ModelReply.ModelReply =>
+  ModelReply.make({ text: "", toolCalls: list.map(([name, args]) => ({ id: "", name, argumentsText: JSON.stringify(args) })), usage })
 
 export const agent = (overrides?: Partial<Parameters<typeof AgentDefinition.make>[0]>): AgentDefinition.AgentDefinition =>
   AgentDefinition.make({

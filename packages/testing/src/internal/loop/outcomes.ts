@@ -9,11 +9,12 @@ import * as Option from "effect/Option"
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as ActionOutcome from "@polyloop/core/ActionOutcome"
 import * as Ids from "@polyloop/core/Ids"
+import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as SyntheticObservations from "@polyloop/core/SyntheticObservations"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "../../ScriptedModel.js"
 import type { Assert } from "../vitest.js"
-import { makeFixture, usage, call, say, recordingSink, codeExecutor } from "./fixtures.js"
+import { makeFixture, usage, call, calls, say, recordingSink, codeExecutor } from "./fixtures.js"
 import { type SuiteContext, lastMessages, request, resultOfStep } from "./harness.js"
 
 /** Registers this concern's tests. */
@@ -224,7 +225,18 @@ export const register = (ctx: SuiteContext): void => {
         assert.deepStrictEqual(result.stopReason, { _tag: "Completed", by: "Answer", answer: "at the last step" })
         const env = yield* ScriptedModel.make([call("broken", {})])
         const ended = yield* h.run(request("order-2", f.tools, { budget: { maxSteps: 1 } }), { model: env.layer })
-        assert.strictEqual(ended.stopReason._tag, "EnvError")
+        assert.deepStrictEqual(ended.stopReason, { _tag: "EnvError", message: "database unreachable at db:5432" })
+        // One step in which the completing tool returned and a later call failed in the environment:
+        // the step completes the run by the tool and meets EnvError; EnvError wins.
+        const both = yield* ScriptedModel.make([calls(["submit", { answer: "42" }], ["broken", {}]), say("FINISH: never")])
+        const judged = yield* h.run(request("order-3", f.tools, { budget: { maxSteps: 1 } }), { model: both.layer, parser: NativeToolCallParser.make() })
+        assert.deepStrictEqual(judged.stopReason, { _tag: "EnvError", message: "database unreachable at db:5432" })
+        assert.strictEqual(yield* both.calls, 1)
+        const log = yield* h.log(Ids.runId("order-3"))
+        assert.deepStrictEqual(log.results.map((r) => [r.action._tag === "ToolCall" ? r.action.name : "", r.outcome.status, r.handlerFailed]), [
+          ["submit", "Executed", false],
+          ["broken", "EnvError", true]
+        ])
       }))
   })
 }

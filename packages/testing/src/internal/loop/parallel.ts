@@ -17,7 +17,7 @@ import { ToolEnvironmentError } from "@polyloop/core/Errors"
 import * as Ids from "@polyloop/core/Ids"
 import * as JsonActionParser from "@polyloop/core/JsonActionParser"
 import type { LoopEvent } from "@polyloop/core/LoopEvent"
-import * as ModelReply from "@polyloop/core/ModelReply"
+import type * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as ParsedReply from "@polyloop/core/ParsedReply"
 import * as RunLog from "@polyloop/core/RunLog"
@@ -27,16 +27,8 @@ import * as ToolContext from "@polyloop/core/ToolContext"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "../../ScriptedModel.js"
 import type { Assert } from "../vitest.js"
-import { recordingSink, say, usage } from "./fixtures.js"
+import { calls, recordingSink, say } from "./fixtures.js"
 import { comparable, type Harness, request, type SuiteContext } from "./harness.js"
-
-/** A reply calling several tools at once (ids filled by the scripted model: `call_s<step>_<i>`). */
-const calls = (...list: ReadonlyArray<readonly [string, unknown]>): ModelReply.ModelReply =>
-  ModelReply.make({
-    text: "",
-    toolCalls: list.map(([name, args]) => ({ id: "", name, argumentsText: JSON.stringify(args) })),
-    usage
-  })
 
 /** Where a handler stops: the call `index` of `step` (after its side effect), once. */
 interface Stop {
