@@ -162,6 +162,20 @@ describe.sequential("polyloop command", () => {
     assert.strictEqual(readLedger(workspace).length, 2)
   })
 
+  it("demo: a ledger that cannot be read is reported as a failure, not counted as no writes", async () => {
+    const store = path.join(dir, "ledger.db")
+    const first = await polyloop(dir, ["demo", "--run", "ledger-run", "--db", store])
+    assert.strictEqual(first.code, 0, first.stderr)
+    const workspace = workspaceOf(first.stdout)
+    assert.strictEqual(readLedger(workspace).length, 2)
+    fs.appendFileSync(path.join(workspace, ".effects.jsonl"), "{\"key\": \"half a line\n")
+    // The run is finished: the demo prints its recorded result, then checks the ledger.
+    const again = await polyloop(dir, ["demo", "--run", "ledger-run", "--db", store])
+    assertOneLineError(again, /writes cannot be checked: CorruptLedger: the idempotency ledger \S+\.effects\.jsonl is corrupt at line 3/)
+    assert.match(again.stdout, /run ledger-run: Completed\(Tool\)/)
+    assert.notMatch(again.stdout, /applied/)
+  })
+
   it("runs: a table of runs, newest first, with --limit and --status", async () => {
     const all = await polyloop(dir, ["runs"])
     assert.strictEqual(all.code, 0, all.stderr)

@@ -49,7 +49,7 @@ import * as Schema from "effect/Schema"
 import * as nodeFs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { CliError } from "./CliError.js"
+import { CliError, describe } from "./CliError.js"
 import * as Format from "./Format.js"
 import * as Store from "./Store.js"
 import type { Style } from "./Style.js"
@@ -371,7 +371,10 @@ export const run = (options: Options) =>
         (result.resumedCount > 0 ? `, resumed ${result.resumedCount}×` : "")
     )
     if (nodeFs.existsSync(root)) {
-      const applied = yield* GovDoc.ledger(root).pipe(Effect.orElseSucceed((): ReadonlyArray<GovDoc.LedgerEntry> => []))
+      // A ledger that cannot be read is reported, never shown as "0 applied".
+      const applied = yield* GovDoc.ledger(root).pipe(
+        Effect.mapError((error) => new CliError({ message: `the run ended, but its writes cannot be checked: ${describe(error)}` }))
+      )
       const keys = new Set(applied.map((entry) => entry.key))
       yield* out(`  writes     ${applied.length} applied, ${keys.size === applied.length ? "each idempotency key once" : style.red("an idempotency key applied twice")} (ledger ${path.join(root, GovDoc.ledgerFile)})`)
     }

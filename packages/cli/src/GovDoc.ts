@@ -34,6 +34,8 @@ import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import type * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import * as path from "node:path"
 
@@ -57,12 +59,21 @@ export const initialFiles: Readonly<Record<string, string>> = {
 /** The ledger of applied writes (one JSON line per idempotency key), hidden from `list_files`. */
 export const ledgerFile = ".effects.jsonl"
 
+/** One applied write, as the ledger records it (one JSON line). */
+export const LedgerEntry = Schema.Struct({ key: Schema.String, tool: Schema.String, path: Schema.String })
 /** One applied write, as the ledger records it. */
-export interface LedgerEntry {
-  readonly key: string
-  readonly tool: string
-  readonly path: string
-}
+export interface LedgerEntry extends Schema.Schema.Type<typeof LedgerEntry> {}
+
+/** A line of the ledger is not a ledger entry: which writes were applied can no longer be told. */
+export class CorruptLedger extends Schema.TaggedError<CorruptLedger>()("CorruptLedger", {
+  /** The ledger file. */
+  file: Schema.String,
+  /** The line that cannot be read (from 1). */
+  line: Schema.Int,
+  message: Schema.String
+}) {}
+
+const decodeEntry = Schema.decodeEither(Schema.parseJson(LedgerEntry))
 
 /** Writes the initial files into `root` (created if needed). */
 export const seed = (root: string): Effect.Effect<void, PlatformError, FileSystem.FileSystem> =>
@@ -74,14 +85,26 @@ export const seed = (root: string): Effect.Effect<void, PlatformError, FileSyste
     }
   })
 
-/** The applied writes recorded in the workspace's ledger, in order. */
-export const ledger = (root: string): Effect.Effect<ReadonlyArray<LedgerEntry>, PlatformError, FileSystem.FileSystem> =>
+/** The applied writes recorded in the workspace's ledger, in order; `CorruptLedger` names the first line that is not an entry. */
+export const ledger = (root: string): Effect.Effect<ReadonlyArray<LedgerEntry>, PlatformError | CorruptLedger, FileSystem.FileSystem> =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const file = path.join(root, ledgerFile)
     if (!(yield* fs.exists(file))) return []
     const text = yield* fs.readFileString(file)
-    return text.split("\n").filter((line) => line.length > 0).map((line) => JSON.parse(line) as LedgerEntry)
+    const entries: Array<LedgerEntry> = []
+    const lines = text.split("\n")
+    for (let index = 0; index < lines.length; index++) {
+      const line = lines[index]!
+      if (line.length === 0) continue
+      const decoded = decodeEntry(line)
+      if (Either.isLeft(decoded)) {
+        const issue = ParseResult.TreeFormatter.formatErrorSync(decoded.left).replace(/\s*\n\s*/g, " ")
+        return yield* new CorruptLedger({ file, line: index + 1, message: `the idempotency ledger ${file} is corrupt at line ${index + 1}: ${issue}` })
+      }
+      entries.push(decoded.right)
+    }
+    return entries
   })
 
 // -----------------------------------------------------------------------------
@@ -125,6 +148,12 @@ const fileFailure = (relative: string) => (error: PlatformError): FileNotFound |
     ? new FileNotFound({ message: `${relative} does not exist` })
     : new ToolEnvironmentError({ message: `the workspace cannot be used: ${error.message}`, cause: error })
 
+/** A ledger that cannot be read or is corrupt means the workspace is broken: a write must not guess whether it was applied. */
+const ledgerFailure = (error: PlatformError | CorruptLedger): FileNotFound | ToolEnvironmentError =>
+  error._tag === "CorruptLedger"
+    ? new ToolEnvironmentError({ message: `the workspace cannot be used: ${error.message}`, cause: error })
+    : fileFailure(ledgerFile)(error)
+
 const Path = Schema.String.annotations({ description: "a file path relative to the workspace, e.g. policy.md" })
 
 /** The GovDoc-like toolset over the workspace directory `root`. */
@@ -140,7 +169,7 @@ export const makeTools = (root: string, options: Options = {}) => {
     Effect.gen(function*() {
       const fs = yield* FileSystem.FileSystem
       const { idempotencyKey } = yield* ToolContext
-      const applied = yield* ledger(root).pipe(Effect.mapError(fileFailure(ledgerFile)))
+      const applied = yield* ledger(root).pipe(Effect.mapError(ledgerFailure))
       if (applied.some((entry) => entry.key === idempotencyKey)) {
         return `already applied (idempotency key ${idempotencyKey}); nothing changed`
       }
