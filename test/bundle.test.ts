@@ -5,7 +5,8 @@
  * after the first start; `runs`, `show`, `verify`, `export`, `stats` and their failures print
  * exactly what the unbundled `dist/` prints; `replay --agent <module>` runs `dist/` (the user's
  * module shares its `effect`); under the `@polyloop/source` condition the source runs; without a
- * bundle the launcher runs `dist/`, silently; `serve` from the bundle finds the viewer's files.
+ * bundle the launcher runs `dist/`, silently; `serve` from the bundle finds the viewer's files;
+ * `--version` is the CLI package's own version whichever build runs.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
@@ -13,7 +14,7 @@ import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { type Profiled, ranUnder, type Result, spawnCommand, spawnProfiled } from "./support/cli-process.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
@@ -166,6 +167,44 @@ describe.sequential("the polyloop launcher and its bundle", () => {
     assert.strictEqual(without.stderr, "")
     assert.isTrue(ranUnder(without.ran, path.join(cliDir, "dist")), "dist/ ran")
     assert.isFalse(without.ran.has(bundleFile), "no bundle ran")
+  }, 300_000)
+
+  it("--version prints the version in packages/cli/package.json from the bundle, from dist/ and from the source", async () => {
+    const version = (JSON.parse(fs.readFileSync(path.join(cliDir, "package.json"), "utf8")) as { version: string }).version
+    const sourceEnv: NodeJS.ProcessEnv = { ...plainEnv(), NODE_OPTIONS: process.env["NODE_OPTIONS"] ?? "" }
+    const ways: ReadonlyArray<readonly [string, ReadonlyArray<string>, NodeJS.ProcessEnv]> = [
+      ["the launcher (the bundle)", [launcher, "--version"], plainEnv()],
+      ["the bundle itself", [bundleFile, "--version"], plainEnv()],
+      ["dist/", [distBin, "--version"], plainEnv()],
+      ["the source", [launcher, "--version"], sourceEnv]
+    ]
+    for (const [way, args, env] of ways) {
+      const result = await ok(process.execPath, args, work, env)
+      assert.strictEqual(result.stdout.trim(), version, way)
+      assert.strictEqual(result.stderr, "", way)
+    }
+    // The bundle carries the version: it reads no package.json when it runs.
+    assert.notInclude(fs.readFileSync(bundleFile, "utf8"), "package.json")
+
+    // A copy of the package whose package.json says another version: each build follows it.
+    const copy = path.join(work, "cli-other-version")
+    fs.mkdirSync(path.join(copy, "scripts"), { recursive: true })
+    const manifest = JSON.parse(fs.readFileSync(path.join(cliDir, "package.json"), "utf8")) as Record<string, unknown>
+    fs.writeFileSync(path.join(copy, "package.json"), JSON.stringify({ ...manifest, version: "9.8.7-test" }, null, 2))
+    fs.cpSync(path.join(cliDir, "dist"), path.join(copy, "dist"), { recursive: true })
+    fs.cpSync(path.join(cliDir, "src"), path.join(copy, "src"), { recursive: true })
+    fs.copyFileSync(path.join(cliDir, "scripts", "bundle.mjs"), path.join(copy, "scripts", "bundle.mjs"))
+    fs.symlinkSync(path.join(root, "node_modules"), path.join(copy, "node_modules"))
+    await ok(process.execPath, [path.join(copy, "scripts", "bundle.mjs")], copy)
+    const tsx = require.resolve("tsx")
+    for (const [way, args] of [
+      ["dist/", [path.join(copy, "dist", "bin.js")]],
+      ["its bundle", [path.join(copy, "bundle", "polyloop.cjs")]],
+      ["its source", ["--conditions=@polyloop/source", `--import=${pathToFileURL(tsx).href}`, path.join(copy, "src", "bin.ts")]]
+    ] as const) {
+      const result = await ok(process.execPath, [...args, "--version"], work)
+      assert.strictEqual(result.stdout.trim(), "9.8.7-test", `the copy's ${way}`)
+    }
   }, 300_000)
 
   it("the compile cache: written after the first start, then used (not rewritten); a damaged cache is replaced; NODE_DISABLE_COMPILE_CACHE keeps none", async () => {

@@ -31,8 +31,10 @@ import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
 import * as Verify from "./Verify.js"
 
+import packageJson from "../package.json" with { type: "json" }
+
 /** The command's version. */
-export const version = "0.1.0"
+export const version = packageJson.version
 
 const db = Options.file("db").pipe(
   Options.withDefault("./polyloop.db"),
