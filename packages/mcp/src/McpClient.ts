@@ -25,6 +25,8 @@ import type * as Scope from "effect/Scope"
 import { ToolEnvironmentError } from "@polyloop/core/Errors"
 import { McpError } from "./McpError.js"
 
+import packageJson from "../package.json" with { type: "json" }
+
 /** A tool as the server lists it (the SDK's `Tool`: name, title, description, inputSchema, annotations, …). */
 export type McpTool = Tool
 
@@ -78,7 +80,7 @@ export const streamableHttp = (url: string | URL, options: Omit<StreamableHttpTr
 /** Options of `connect`. */
 export interface Options {
   readonly transport: Transport
-  /** How this client introduces itself (default `polyloop` 0.1.0). */
+  /** How this client introduces itself (default `polyloop` at the version of `@polyloop/mcp`). */
   readonly clientInfo?: { readonly name: string; readonly version: string }
   /**
    * How long a request may wait for its answer before the SDK gives up (default 60 seconds, the
@@ -148,7 +150,7 @@ const makeTransport = (transport: Transport): { readonly sdk: SdkTransport; read
 export const connect = (options: Options): Effect.Effect<McpClient.Service, McpError, Scope.Scope> =>
   Effect.gen(function*() {
     const { sdk, server, stderrTail } = makeTransport(options.transport)
-    const client = new Client(options.clientInfo ?? { name: "polyloop", version: "0.1.0" })
+    const client = new Client(options.clientInfo ?? { name: "polyloop", version: packageJson.version })
     const requestTimeout = Duration.toMillis(Duration.decode(options.requestTimeout ?? Duration.seconds(60)))
     const withStderr = (message: string): string => {
       const tail = stderrTail()

@@ -23,6 +23,7 @@ import * as McpToolkit from "@polyloop/mcp/McpToolkit"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import { runAgent, toolTexts } from "./support/agent.js"
 import { testTools } from "./support/testServer.js"
+import packageJson from "../package.json" with { type: "json" }
 import { awaitRecord, records, serverPid, testServer } from "./support/servers.js"
 
 const dir = mkdtempSync(Path.join(tmpdir(), "polyloop-mcp-test-"))
@@ -54,6 +55,16 @@ const isAlive = (pid: number): boolean => {
 }
 
 describe.sequential("a server written with the SDK, over stdio", { timeout: 180_000 }, () => {
+  it.scopedLive("the client introduces itself as polyloop at @polyloop/mcp's own version, or as clientInfo says", () =>
+    Effect.gen(function*() {
+      const file = recordFile()
+      yield* McpClient.connect({ transport: testServer({ recordFile: file }) })
+      assert.strictEqual(yield* awaitRecord(file, /^client /), `client polyloop ${packageJson.version}`)
+      const other = recordFile()
+      yield* McpClient.connect({ transport: testServer({ recordFile: other }), clientInfo: { name: "my-app", version: "2.3.4" } })
+      assert.strictEqual(yield* awaitRecord(other, /^client /), "client my-app 2.3.4")
+    }))
+
   it.scopedLive("lists every page, in order; a tool with only a title is described by it; policies from annotations", () =>
     Effect.gen(function*() {
       const { registry } = yield* setup()

@@ -5,7 +5,8 @@
  * content kind, a slow tool that records its cancellation, a tool list over several pages that
  * changes with a variant, and tools that record their executions to a file (for the kill tests).
  *
- * Records (one line each, appended to `recordFile`): `pid <pid>` at start, `started <tool>
+ * Records (one line each, appended to `recordFile`): `pid <pid>` at start, `client <name>
+ * <version>` once the client has initialized, `started <tool>
  * <key>`, `done <tool> <key>`, `cancelled <tool> <requestId> <reason>`.
  */
 import { appendFileSync } from "node:fs"
@@ -69,6 +70,11 @@ export const makeTestServer = (options: TestServerOptions = {}): Server => {
   const tools = testTools(options.variant)
   const pageSize = options.pageSize ?? 3
   const server = new Server({ name: "polyloop-test-server", version: "1.0.0" }, { capabilities: { tools: {} } })
+  // Who connected, as the client said in `initialize`.
+  server.oninitialized = () => {
+    const client = server.getClientVersion()
+    record(`client ${client?.name ?? "?"} ${client?.version ?? "?"}`)
+  }
   server.setRequestHandler(ListToolsRequestSchema, (request) => {
     const start = request.params?.cursor === undefined ? 0 : Number(request.params.cursor)
     const next = start + pageSize
