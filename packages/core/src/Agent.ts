@@ -513,7 +513,7 @@ export type LayerOptions = Wiring.Options
 
 /**
  * Every service `run` needs in one layer: `Agent.layer({ store, model, parser, tools })`. The event
- * sink defaults to `EventSink.layerNoop`, the executor to `tools`' derived executor (pass the same
+ * sink defaults to the no-op sink (`EventSink.noop`), the executor to `tools`' derived executor (pass the same
  * registry to `run`). Its error type is its parts' (a registry of `Tool.Handled` tools adds none).
  */
 export const layer: <const O extends LayerOptions>(options: O) => Wiring.AgentLayer<O> = Wiring.layer

@@ -1,7 +1,7 @@
 /**
  * `Agent.layer`: the services a run needs (`Agent.Requirements`) from a few options, so a program
  * provides one layer instead of merging five by hand. The event sink defaults to the no-op sink;
- * the executor to the derived executor of `tools` (`ToolRegistry.layerExecutor`).
+ * the executor to the derived executor of `tools` (what `tools.executor()` makes; `ToolRegistry.layerExecutor` gives the same as a layer).
  *
  * @internal
  */
