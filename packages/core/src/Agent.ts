@@ -223,7 +223,8 @@ const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
-    Effect.flatMap(generate(run, step), (reply) => {
+    Effect.flatMap(generate(run, step), (generated) => {
+      const reply = History.assignReplyCallIds(generated, step)
       const replied: RunLog.ModelReplied = {
         _tag: "ModelReplied",
         seq: run.state.seq,
