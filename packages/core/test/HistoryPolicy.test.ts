@@ -25,6 +25,7 @@ import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as fc from "effect/FastCheck"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
@@ -230,6 +231,52 @@ describe("maskObservations", () => {
       )
       assert.isTrue(forked.forkedFrom.differences.some((d) => d.path.startsWith("agent.history")), JSON.stringify(forked.forkedFrom.differences))
     }))
+
+  it.effect.prop(
+    "random runs, policies and kill points: every request pairs each call with one answer, in order, and a resumed run sends the uninterrupted run's requests",
+    [
+      fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 2, maxLength: 14 }),
+      fc.integer({ min: 0, max: 4 }),
+      fc.integer({ min: 1, max: 4 }),
+      fc.integer({ min: 0, max: 13 })
+    ],
+    ([callsPerStep, keepLast, every, killAt]) =>
+      Effect.gen(function*() {
+        const history = HistoryPolicy.maskObservations({ keepLast, every })
+        const replies = [
+          ...callsPerStep.map((n, s) =>
+            ModelReply.make({
+              text: "",
+              toolCalls: Array.from({ length: n }, (_, k) => ({ id: "", name: "read_file", argumentsText: JSON.stringify({ path: `p${s}_${k}` }) })),
+              usage
+            })),
+          ModelReply.make({ text: "done", usage })
+        ]
+        const agent = AgentDefinition.make({ name: "reader", systemPrompt: "Read files.", budget: { maxSteps: replies.length + 2 }, history })
+        const runWith = (runId: string, store: RunLogStore.RunLogStore.Service, sink?: Layer.Layer<EventSink.EventSink>) =>
+          Effect.flatMap(ScriptedModel.make(replies), (model) =>
+            Effect.map(
+              Agent.run({ runId: Ids.runId(runId), agent, task: "Read.", tools }).pipe(Effect.provide(Layer.merge(services(store, sink), model.layer))),
+              () => model
+            ))
+        const refStore = yield* RunLogStore.makeMemory
+        const ref = yield* runWith("ref", refStore)
+        for (const seen of yield* ref.requests) assertPaired(seen.request.messages)
+        const expected = (yield* refStore.readLog(Ids.runId("ref"))).replies.map((r) => r.requestHash)
+
+        const store = yield* RunLogStore.makeMemory
+        const cut = Math.min(killAt, callsPerStep.length - 1)
+        const reached = yield* Deferred.make<void>()
+        const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === cut ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+        const fiber = yield* Effect.fork(runWith("cut", store, sink))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const again = yield* runWith("cut", store)
+        for (const seen of yield* again.requests) assertPaired(seen.request.messages)
+        assert.deepStrictEqual((yield* store.readLog(Ids.runId("cut"))).replies.map((r) => r.requestHash), expected)
+      }),
+    { fastCheck: { numRuns: 40 } }
+  )
 
   it.effect("an invalid policy is a typed InvalidRunRequest, nothing written", () =>
     Effect.gen(function*() {
