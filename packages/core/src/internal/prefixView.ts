@@ -23,46 +23,17 @@ const refuse = (): never => {
   throw new TypeError("a ModelRequest's messages are read-only (copy them to change them)")
 }
 
-/** The traps of one view: its length is the only state (one small object per view). */
-class Prefix<A> implements ProxyHandler<Array<A>> {
-  constructor(readonly length: number) {}
-  get(target: Array<A>, key: string | symbol, receiver: unknown): unknown {
-    if (key === "length") return this.length
-    const index = indexOf(key)
-    if (index !== undefined) return index < this.length ? target[index] : undefined
-    return Reflect.get(target, key, receiver)
-  }
-  has(target: Array<A>, key: string | symbol): boolean {
-    const index = indexOf(key)
-    return index !== undefined ? index < this.length : Reflect.has(target, key)
-  }
-  ownKeys(): Array<string> {
-    return [...Array.from({ length: this.length }, (_, index) => String(index)), "length"]
-  }
-  getOwnPropertyDescriptor(target: Array<A>, key: string | symbol): PropertyDescriptor | undefined {
-    if (key === "length") return { value: this.length, writable: true, enumerable: false, configurable: false }
-    const index = indexOf(key)
-    if (index === undefined) return Reflect.getOwnPropertyDescriptor(target, key)
-    return index < this.length ? { value: target[index], writable: false, enumerable: true, configurable: true } : undefined
-  }
-  set(): boolean {
-    return refuse()
-  }
-  defineProperty(): boolean {
-    return refuse()
-  }
-  deleteProperty(): boolean {
-    return refuse()
-  }
-  setPrototypeOf(): boolean {
-    return refuse()
-  }
-}
-
 /** The first `length` items of `items` (all of them by default), as a read-only array. @internal */
-export const prefix = <A>(items: Array<A>, length: number = items.length): ReadonlyArray<A> => new Proxy(items, new Prefix<A>(length))
+export const prefix = <A>(items: Array<A>, length: number = items.length): ReadonlyArray<A> =>
+  new Proxy(items, new Concat<A>(length, noItems, 0, 0))
 
-/** The traps of a view over two arrays: `head[0, headLength)` then `tail[tailStart, tailEnd)`. */
+const noItems: ReadonlyArray<never> = []
+
+/**
+ * The traps of a view over two arrays: `head[0, headLength)` then `tail[tailStart, tailEnd)`
+ * (a prefix view is one with an empty tail). Its bounds are its only state: one small object per
+ * view.
+ */
 class Concat<A> implements ProxyHandler<Array<A>> {
   readonly length: number
   constructor(readonly headLength: number, readonly tail: ReadonlyArray<A>, readonly tailStart: number, tailEnd: number) {
