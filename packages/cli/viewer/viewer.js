@@ -422,7 +422,7 @@ const deciderKey = "polyloop.decider"
 
 /** The calls waiting for a decision, each with Approve / Reject (POST /api/runs/<id>/decisions). */
 const renderWaiting = (transcript) => {
-  const by = el("input", { type: "text", name: "by", placeholder: "your name (default: the server's user)", value: localStorage.getItem(deciderKey) ?? "" })
+  const by = el("input", { type: "text", name: "by", placeholder: "your name (recorded as you claim it, next to the server's user)", value: localStorage.getItem(deciderKey) ?? "" })
   by.addEventListener("change", () => localStorage.setItem(deciderKey, by.value.trim()))
   const calls = transcript.waiting.map((waiting) => {
     const reason = el("input", { type: "text", name: "reason", placeholder: "why not (told to the model)" })
