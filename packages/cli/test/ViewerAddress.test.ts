@@ -83,7 +83,7 @@ describe("viewer hosts: normalised before they are compared (design 0240)", () =
 })
 
 describe("viewer decisions: what may change something", () => {
-  const own = { "content-type": "application/json", host: "127.0.0.1:7420" }
+  const own = { "content-type": "application/json", "content-length": "120", host: "127.0.0.1:7420" }
   it("takes JSON from the viewer's own page, or from a script that names no origin", () => {
     assert.isUndefined(Decisions.refusal(own))
     assert.isUndefined(Decisions.refusal({ ...own, "content-type": "application/json; charset=utf-8" }))
@@ -93,6 +93,7 @@ describe("viewer decisions: what may change something", () => {
   it("refuses other content types, other sites and opaque origins", () => {
     assert.strictEqual(Decisions.refusal({ ...own, "content-type": "text/plain" })?.status, 415)
     assert.strictEqual(Decisions.refusal({ host: own.host })?.status, 415)
+    assert.strictEqual(Decisions.refusal({ "content-type": "application/json", host: own.host })?.status, 411, "no stated length")
     assert.strictEqual(Decisions.refusal({ ...own, origin: "http://127.0.0.1:9999" })?.status, 403)
     assert.strictEqual(Decisions.refusal({ ...own, origin: "null" })?.status, 403)
     assert.strictEqual(Decisions.refusal({ ...own, origin: "not a url" })?.status, 403)

@@ -25,20 +25,22 @@ export const limits = { callId: 200, reason: 1000, by: 100 } as const
 
 const controlCharacters = /[\u0000-\u001f\u007f]/
 
-const bounded = (max: number) => Schema.String.pipe(Schema.maxLength(max))
+/** Text of `min` to `max` characters, as one refinement (so its one message is the message). */
+const bounded = (max: number, min = 0) => Schema.String.pipe(Schema.filter((s) => s.length >= min && s.length <= max))
 
 /** The body of a decision. `by` is the name typed on the page; `actionHash` is the one the person saw. */
 export const DecisionBody = Schema.Struct({
-  callId: bounded(limits.callId).pipe(Schema.minLength(1)).annotations({ message: () => `must be a call id (1 to ${limits.callId} characters)` }),
-  decision: Schema.Literal("Approve", "Reject").annotations({ message: () => `must be "Approve" or "Reject"` }),
-  reason: Schema.optional(bounded(limits.reason).annotations({ message: () => `must be text of at most ${limits.reason} characters` })),
-  by: Schema.optional(
+  callId: bounded(limits.callId, 1).annotations({ message: () => `must be a call id (1 to ${limits.callId} characters)` }),
+  decision: Schema.Literal("Approve", "Reject").annotations({ message: () => ({ message: `must be "Approve" or "Reject"`, override: true }) }),
+  reason: Schema.optionalWith(bounded(limits.reason).annotations({ message: () => `must be text of at most ${limits.reason} characters` }), { exact: true }),
+  by: Schema.optionalWith(
     Schema.String.pipe(
       Schema.filter((s) => s.length <= limits.by && !controlCharacters.test(s))
-    ).annotations({ message: () => `must be a name of at most ${limits.by} characters, on one line` })
+    ).annotations({ message: () => `must be a name of at most ${limits.by} characters, on one line` }),
+    { exact: true }
   ),
   actionHash: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/)).annotations({ message: () => "must be 64 hexadecimal digits (the hash of the action shown)" })
-}).annotations({ message: () => "the body must be a JSON object { callId, decision, actionHash, reason?, by? }" })
+}).annotations({ message: () => "the body must be a JSON object with callId, decision and actionHash (reason and by optional)" })
 /** @internal */
 export type DecisionBody = typeof DecisionBody.Type
 
@@ -57,7 +59,8 @@ export const describeIssues = (error: ParseResult.ParseError): string => {
 
 /**
  * Why a request that changes something is refused before it is read, or undefined: not JSON
- * (415), too large by its `content-length` (413), from another site by `Sec-Fetch-Site` or by
+ * (415), without a `content-length` (411: a decision is small, and browsers always send one),
+ * too large by its `content-length` (413), from another site by `Sec-Fetch-Site` or by
  * an `Origin` that is not an allowed host at this request's port (403).
  */
 export const refusal = (
@@ -67,7 +70,8 @@ export const refusal = (
   const type = (headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase()
   if (type !== "application/json") return { status: 415, tag: "Refused", message: "a decision is a JSON body (content-type: application/json)" }
   const length = headers["content-length"]
-  if (length !== undefined && !(/^\d+$/.test(length.trim()) && Number(length) <= maxBodyBytes)) {
+  if (length === undefined) return { status: 411, tag: "LengthRequired", message: "a decision must say its length (content-length)" }
+  if (!(/^\d+$/.test(length.trim()) && Number(length) <= maxBodyBytes)) {
     return { status: 413, tag: "TooLarge", message: `a decision's body is at most ${maxBodyBytes} bytes` }
   }
   const site = siteRefusal(headers)
