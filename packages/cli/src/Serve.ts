@@ -12,6 +12,8 @@
  * - `GET /api/runs/<id>/live` and `GET /api/live` — Server-Sent Events fed by polling the store
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
+ * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
+ *   (`groups`), and each finished run's steps, tokens and start for the page's plots (`runs`);
  * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
  *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
  *   `Approval.decide`; JSON only, from the viewer's own page, recorded under the server's
@@ -60,6 +62,7 @@ import * as Defaults from "./internal/viewer/defaults.js"
 import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
+import * as Stats from "./internal/viewer/stats.js"
 
 /** The address `serve` binds by default. */
 export const defaultHost: string = Defaults.host
@@ -177,6 +180,7 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/assets\/[^/]+$/, "GET"],
   [/^\/api\/runs$/, "GET"],
   [/^\/api\/live$/, "GET"],
+  [/^\/api\/stats$/, "GET"],
   [/^\/api\/runs\/[^/]+$/, "GET"],
   [/^\/api\/runs\/[^/]+\/(?:live|forks)$/, "GET"],
   [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
@@ -238,6 +242,14 @@ export const app = (
       HttpRouter.get("/favicon.ico", Effect.succeed(HttpServerResponse.empty({ status: 204 }))),
       HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
       HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
+      HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
+      HttpRouter.get(
+        "/api/stats",
+        respondToFailure(Effect.gen(function*() {
+          const query = yield* HttpServerRequest.schemaSearchParams(Stats.StatsQuery)
+          return HttpServerResponse.unsafeJson(yield* Stats.document(query))
+        }))
+      ),
       HttpRouter.get(
         "/api/runs",
         respondToFailure(Effect.gen(function*() {
