@@ -10,6 +10,7 @@
  * - the statistics plots: the stacked stop-reason bars hold exactly the counts of
  *   `polyloop stats --json` (run as a process on the same store), for the whole store and for
  *   one agent; the histograms count every finished run;
+ * - costs from the price table given with `--prices`: a run's, and the store's total;
  * - nothing from a run becomes markup on these pages (the hostile run's reply is text).
  *
  * Screenshots go to `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed),
@@ -66,6 +67,9 @@ interface StatsGroup {
 describe.sequential("polyloop serve's pictures in a real browser", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-pictures-"))
   const db = path.join(dir, "runs.db")
+  const pricesFile = path.join(dir, "prices.json")
+  /** The price table's formula: EUR 3 per million input tokens, 15 per million output tokens. */
+  const priced = (input: number, output: number) => (input * 3 + output * 15) / 1_000_000
   let serve: ChildProcess | undefined
   let url = ""
   let token = ""
@@ -106,7 +110,8 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
         yield* Scenario.run("hostileAlt", "fork-alt")
       }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
     )
-    const child = spawn(process.execPath, [launcher, "serve", "--db", db, "--port", "0"], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
+    fs.writeFileSync(pricesFile, JSON.stringify({ currency: "EUR", models: { "*": { input: 3, output: 15 } } }))
+    const child = spawn(process.execPath, [launcher, "serve", "--db", db, "--port", "0", "--prices", pricesFile], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
     serve = child
     const printed = await new Promise<string>((resolve, reject) => {
       let stdout = ""
@@ -153,6 +158,11 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     assert.deepStrictEqual(tokens.datasets.map((d) => d.data), [transcript.steps.map((s) => s.tokens.input), transcript.steps.map((s) => s.tokens.output)])
     assert.strictEqual(await page.locator('#timeline-table [data-marks="resumed here"]').count(), 1)
     assert.strictEqual(await page.locator("#timeline-table tbody tr:nth-child(2) [data-marks]").getAttribute("data-marks"), "resumed here")
+    // Its cost, from the price table given with --prices.
+    const input = transcript.steps.reduce((sum, s) => sum + s.tokens.input, 0)
+    const output = transcript.steps.reduce((sum, s) => sum + s.tokens.output, 0)
+    assert.closeTo(Number(await page.locator("#run-cost").getAttribute("data-cost")), priced(input, output), 1e-12)
+    assert.include(await page.locator("#run-cost").innerText(), "EUR")
     await page.locator("#timeline").screenshot({ path: path.join(screenshots, "viewer-timeline.png") })
     assert.deepStrictEqual(pageErrors, [])
     await page.close()
@@ -211,6 +221,18 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
       const histogram = await drawn(page, id)
       assert.strictEqual((histogram.datasets[0]!.data as ReadonlyArray<number>).reduce((a, b) => a + b, 0), finished, id)
     }
+    // The total cost: every finished run's tokens, priced.
+    const auth = { headers: { authorization: `Bearer ${token}` } }
+    const listed = (await (await fetch(new URL("/api/runs?status=Finished&pageSize=200", url), auth)).json()) as { readonly runs: ReadonlyArray<{ readonly runId: string }> }
+    let total = 0
+    for (const { runId } of listed.runs) {
+      const doc = (await (await fetch(new URL(`/api/runs/${encodeURIComponent(runId)}`, url), auth)).json()) as {
+        readonly steps: ReadonlyArray<{ readonly tokens: { readonly input: number; readonly output: number } | null }>
+      }
+      total += priced(doc.steps.reduce((sum, s) => sum + (s.tokens?.input ?? 0), 0), doc.steps.reduce((sum, s) => sum + (s.tokens?.output ?? 0), 0))
+    }
+    assert.strictEqual(listed.runs.length, finished)
+    assert.closeTo(Number(await page.locator("#stats-cost").getAttribute("data-cost")), total, 1e-12)
     await page.screenshot({ path: path.join(screenshots, "viewer-stats.png"), fullPage: true })
     // Filtered by agent: the same as `polyloop stats --json --agent`.
     await page.locator('#stats-filters select[name="agent"]').selectOption("researcher")

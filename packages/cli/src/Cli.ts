@@ -10,6 +10,7 @@
 import * as Args from "@effect/cli/Args"
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { RunId } from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -26,6 +27,7 @@ import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
 import * as Research from "./Research.js"
 import * as ServeDefaults from "./internal/viewer/defaults.js"
+import type * as ServeModule from "./Serve.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
@@ -260,6 +262,12 @@ export const serve = Command.make(
         "who is serving: approval decisions made on the page are recorded under this name, with any name typed on the page recorded as a claim next to it (default: <user> via polyloop serve)"
       )
     ),
+    prices: Options.file("prices", { exists: "yes" }).pipe(
+      Options.optional,
+      Options.withDescription(
+        'a JSON price table: { "currency": "USD", "models": { "<model>": { "input": <per million tokens>, "output": <per million tokens> }, "*": { … } } }; the page shows each run\'s cost and the totals'
+      )
+    ),
     maxStreams: Options.integer("max-streams").pipe(
       Options.withDefault(ServeDefaults.maxStreams),
       Options.withDescription("the most live streams (open pages) at once; more are answered 503")
@@ -276,12 +284,23 @@ export const serve = Command.make(
       if (options.maxStreams < 1) return yield* new CliError({ message: `--max-streams must be 1 or more, not ${options.maxStreams}` })
       // Loaded here, not at start-up: the other subcommands do not pay for the HTTP server.
       const Serve = yield* Effect.promise(() => import("./Serve.js"))
+      let prices: ServeModule.PriceTable | undefined
+      if (Option.isSome(options.prices)) {
+        const fs = yield* FileSystem.FileSystem
+        const text = yield* fs.readFileString(options.prices.value).pipe(
+          Effect.mapError((error) => new CliError({ message: `cannot read the price table: ${error.message}` }))
+        )
+        const decoded = Serve.decodePrices(text)
+        if (typeof decoded === "string") return yield* new CliError({ message: `the price table ${options.prices.value} is not one: ${decoded}` })
+        prices = decoded
+      }
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
         port: options.port,
         interval: Duration.millis(options.interval),
         allowedHosts: options.allowedHost,
         maxStreams: options.maxStreams,
+        ...(prices === undefined ? {} : { prices }),
         decider: Option.getOrElse(options.as, () => `${userName()} via polyloop serve`)
       })
       if (!bound.loopback) {

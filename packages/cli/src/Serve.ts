@@ -13,7 +13,8 @@
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
  * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
- *   (`groups`), and each finished run's steps, tokens and start for the page's plots (`runs`);
+ *   (`groups`), and each finished run's steps, tokens, cost and start for the page's plots (`runs`);
+ * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
  * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
  *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
  *   `Approval.decide`; JSON only, from the viewer's own page, recorded under the server's
@@ -62,6 +63,7 @@ import * as Defaults from "./internal/viewer/defaults.js"
 import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
+import * as Prices from "./internal/viewer/prices.js"
 import * as Stats from "./internal/viewer/stats.js"
 
 /** The address `serve` binds by default. */
@@ -80,6 +82,12 @@ export class ServeError extends Schema.TaggedError<ServeError>()("ServeError", {
   port: Schema.Number,
   message: Schema.String
 }) {}
+
+/** A price table for `prices` (`polyloop serve --prices`): per model, per million input and output tokens. */
+export type PriceTable = Prices.PriceTable
+
+/** Reads a price table from JSON text; a string says what is wrong with it. */
+export const decodePrices: (text: string) => PriceTable | string = Prices.decode
 
 /** The most live streams open at once by default (more answer 503). */
 export const defaultMaxStreams: number = Defaults.maxStreams
@@ -101,6 +109,8 @@ export interface AppOptions {
   readonly decider?: string
   /** The most live streams open at once (default 64); more answer 503. */
   readonly maxStreams?: number
+  /** The price table the page prices tokens with (`--prices`); none: no costs are shown. */
+  readonly prices?: Prices.PriceTable
 }
 
 /** How to serve. */
@@ -181,6 +191,7 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/api\/runs$/, "GET"],
   [/^\/api\/live$/, "GET"],
   [/^\/api\/stats$/, "GET"],
+  [/^\/api\/prices$/, "GET"],
   [/^\/api\/runs\/[^/]+$/, "GET"],
   [/^\/api\/runs\/[^/]+\/(?:live|forks)$/, "GET"],
   [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
@@ -243,11 +254,12 @@ export const app = (
       HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
       HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
       HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
+      HttpRouter.get("/api/prices", Effect.sync(() => HttpServerResponse.unsafeJson({ prices: options.prices ?? null }))),
       HttpRouter.get(
         "/api/stats",
         respondToFailure(Effect.gen(function*() {
           const query = yield* HttpServerRequest.schemaSearchParams(Stats.StatsQuery)
-          return HttpServerResponse.unsafeJson(yield* Stats.document(query))
+          return HttpServerResponse.unsafeJson(yield* Stats.document(query, options.prices))
         }))
       ),
       HttpRouter.get(
@@ -429,6 +441,7 @@ export const serve = (options: Options = {}): Effect.Effect<Bound, ServeError, R
       ...(options.decider === undefined ? {} : { decider: options.decider }),
       ...(options.allowedHosts === undefined ? {} : { allowedHosts: options.allowedHosts }),
       ...(options.maxStreams === undefined ? {} : { maxStreams: options.maxStreams }),
+      ...(options.prices === undefined ? {} : { prices: options.prices }),
       boundHost: host,
       token
     })

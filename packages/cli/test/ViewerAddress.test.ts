@@ -7,6 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Address from "../src/internal/viewer/address.js"
 import * as Decisions from "../src/internal/viewer/decisions.js"
+import * as Prices from "../src/internal/viewer/prices.js"
 
 describe("viewer addresses", () => {
   it("knows loopback IPs, v4 and v6, mapped or not", () => {
@@ -114,5 +115,27 @@ describe("viewer decisions: what may change something", () => {
     assert.strictEqual(Decisions.recordedBy(undefined, "alice via polyloop serve"), "alice via polyloop serve")
     assert.strictEqual(Decisions.recordedBy("  ", "alice via polyloop serve"), "alice via polyloop serve")
     assert.strictEqual(Decisions.recordedBy("Grace", "alice via polyloop serve"), "Grace (named on the page; served as alice via polyloop serve)")
+  })
+})
+
+describe("viewer prices: the table of --prices", () => {
+  it("reads a table (currency default USD) and prices tokens by model, * for the rest", () => {
+    const table = Prices.decode(JSON.stringify({ models: { "gpt-4o": { input: 2.5, output: 10 }, "*": { input: 1, output: 2 } } }))
+    assert.isFalse(typeof table === "string", String(table))
+    if (typeof table === "string") return
+    assert.strictEqual(table.currency, "USD")
+    assert.strictEqual(Prices.cost(table, "gpt-4o", { input: 1_000_000, output: 500_000 }), 7.5)
+    assert.strictEqual(Prices.cost(table, "other", { input: 1_000_000, output: 1_000_000 }), 3)
+    assert.strictEqual(Prices.cost(table, undefined, { input: 0, output: 1_000_000 }), 2)
+    const strict = Prices.decode(JSON.stringify({ models: { a: { input: 1, output: 1 } } }))
+    assert.isUndefined(typeof strict === "string" ? 0 : Prices.cost(strict, "b", { input: 1, output: 1 }), "no price for b, and no *")
+  })
+
+  it("says in one line what is wrong with a table that is not one", () => {
+    for (const text of ["{", JSON.stringify({ models: { a: { input: -1, output: 1 } } }), JSON.stringify({ models: {}, extra: 1 }), "[]"]) {
+      const decoded = Prices.decode(text)
+      assert.isString(decoded, text)
+      assert.notInclude(String(decoded), "\n")
+    }
   })
 })

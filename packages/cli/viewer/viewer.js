@@ -103,6 +103,22 @@ const setConnection = (text, live) => {
   connection.classList.toggle("live", live)
 }
 
+/** The server's price table (`--prices`), fetched once; null when it has none. */
+let pricesLoaded = null
+const prices = () => {
+  if (pricesLoaded === null) pricesLoaded = getJson("/api/prices").then((body) => body.prices).catch(() => null)
+  return pricesLoaded
+}
+
+/** What tokens cost for a model under the table (undefined: neither the model nor `*` is priced). */
+const costOf = (table, model, input, output) => {
+  const price = (model ? table.models[model] : undefined) ?? table.models["*"]
+  return price === undefined ? undefined : (input * price.input + output * price.output) / 1000000
+}
+
+/** An amount of money, to a precision that shows small runs' costs. */
+const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amount.toFixed(4)} ${currency}`
+
 // -----------------------------------------------------------------------------
 // runs list
 // -----------------------------------------------------------------------------
@@ -472,7 +488,7 @@ const renderWaiting = (transcript) => {
   )
 }
 
-const renderHeader = (transcript, live) => {
+const renderHeader = (transcript, live, table) => {
   const summary = transcript.summary
   const reason = summary.stopReason
   const facts = [
@@ -492,6 +508,21 @@ const renderHeader = (transcript, live) => {
         ` at step ${from.step} `,
         el("a", { href: compareHref(from.runId, transcript.runId), id: "compare-parent", class: "note" }, "compare with the parent"),
         el("span", { class: "note" }, from.differences.length === 0 ? "same configuration" : `${from.differences.length} difference(s) in the snapshot: ${from.differences.map((d) => d.path).join(", ")}`)
+      )
+    ])
+  }
+  if (table) {
+    const model = transcript.snapshot?.agent?.modelSettings?.model
+    const input = transcript.steps.reduce((sum, step) => sum + (step.tokens?.input ?? 0), 0)
+    const output = transcript.steps.reduce((sum, step) => sum + (step.tokens?.output ?? 0), 0)
+    const amount = costOf(table, model, input, output)
+    facts.push([
+      "cost",
+      el(
+        "span",
+        { id: "run-cost", "data-cost": amount ?? "" },
+        amount === undefined ? `not priced: the price table names neither ${model ? JSON.stringify(model) : "an unnamed model"} nor *` : money(amount, table.currency),
+        el("span", { class: "note" }, `${input} input and ${output} output tokens${model ? ` of ${model}` : ""}`)
       )
     ])
   }
@@ -521,7 +552,7 @@ const renderHeader = (transcript, live) => {
 }
 
 /** Renders a transcript into the page, replacing only the steps that changed (open details stay open). */
-const makeRunView = () => {
+const makeRunView = (priceTable) => {
   const header = el("div", {})
   const snapshotSlot = el("div", {})
   const steps = el("div", { id: "steps" })
@@ -579,7 +610,7 @@ const makeRunView = () => {
       const finished = transcript.finished !== null
       const live = finished ? null : lastChange === null ? "no new writes since this page opened" : `live · last write seen ${lastChange.toLocaleTimeString()}`
       document.title = `${transcript.runId} · polyloop`
-      const head = renderHeader(transcript, live)
+      const head = renderHeader(transcript, live, priceTable)
       header.replaceChildren(head)
       sizeBars(head, transcript)
       void showForks(transcript.runId)
@@ -626,7 +657,7 @@ const makeRunView = () => {
 const runPage = async (runId) => {
   document.title = `${runId} · polyloop`
   closeLive()
-  const view = makeRunView()
+  const view = makeRunView(await prices())
   let shown = false
   try {
     view.render(await getJson(`/api/runs/${encodeURIComponent(runId)}`), false)
@@ -868,7 +899,13 @@ const statsPage = async () => {
     showProblem(`cannot compute the statistics: ${error.message}`)
     return
   }
-  const { groups, runs } = data
+  const { groups, runs, currency } = data
+  const costs = groups.map((g) => {
+    const mine = runs.filter((r) => r.agent === g.agent && r.snapshotHash === g.snapshotHash)
+    return { amount: mine.reduce((sum, r) => sum + (r.cost ?? 0), 0), unpriced: mine.filter((r) => r.cost === null).length }
+  })
+  const totalCost = runs.reduce((sum, r) => sum + (r.cost ?? 0), 0)
+  const unpriced = runs.filter((r) => r.cost === null).length
   const filter = el(
     "form",
     { class: "filters", id: "stats-filters" },
@@ -908,8 +945,8 @@ const statsPage = async () => {
     })
   const table = dataTable(
     "stats-table",
-    [["agent"], ["snapshot"], ["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true]],
-    groups.map((g) => [
+    [["agent"], ["snapshot"], ["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true], ...(currency ? [[`cost (${currency})`, true]] : [])],
+    groups.map((g, i) => [
       [g.agent, false, { "data-agent": g.agent }],
       [g.snapshotHash.slice(0, 12), false, { class: "mono", title: g.snapshotHash }],
       [String(g.runs), true],
@@ -917,9 +954,13 @@ const statsPage = async () => {
       [`${g.steps.median} / ${g.steps.p90} / ${g.steps.max}`, true],
       [`${g.effectiveSteps.median} / ${g.effectiveSteps.p90} / ${g.effectiveSteps.max}`, true],
       [`${g.tokens.median} / ${g.tokens.p90} / ${g.tokens.max}`, true],
-      [`${g.resumedRuns} (${g.resumes})`, true]
+      [`${g.resumedRuns} (${g.resumes})`, true],
+      ...(currency ? [[`${costs[i].amount.toFixed(6)}${costs[i].unpriced > 0 ? ` (${costs[i].unpriced} unpriced)` : ""}`, true, { "data-cost": costs[i].amount }]] : [])
     ])
   )
+  const costLine = currency
+    ? el("p", { id: "stats-cost", "data-cost": totalCost }, el("strong", {}, "cost "), money(totalCost, currency), unpriced > 0 ? el("span", { class: "note" }, `${unpriced} run(s) of a model the price table does not price`) : null)
+    : el("p", { class: "muted" }, "Start the viewer with --prices <table.json> to see what these tokens cost.")
   main.replaceChildren(
     el("h1", {}, "Statistics"),
     el("p", { class: "muted" }, "Finished runs, as `polyloop stats --json` counts them (the same figures: hover a bar for its number)."),
@@ -929,7 +970,7 @@ const statsPage = async () => {
       : el(
         "div",
         {},
-        el("div", { class: "panel" }, el("h2", {}, "Stop reasons per agent and snapshot"), stopChart, table),
+        el("div", { class: "panel" }, el("h2", {}, "Stop reasons per agent and snapshot"), stopChart, table, costLine),
         el(
           "div",
           { class: "charts" },

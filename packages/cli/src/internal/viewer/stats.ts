@@ -15,6 +15,7 @@ import type { StoreError } from "@polyloop/core/Errors"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Prices from "./prices.js"
 
 /** The search parameters of `GET /api/stats`; an empty value means "no filter". */
 export const StatsQuery = Schema.Struct({
@@ -36,11 +37,29 @@ export interface RunPoint {
   readonly steps: number
   readonly effectiveSteps: number
   readonly tokens: number
+  readonly inputTokens: number
+  readonly outputTokens: number
+  /** The snapshot's model name (`agent.modelSettings.model`), null when it names none. */
+  readonly model: string | null
+  /** Its tokens priced by the server's price table; null without a table or a price for the model. */
+  readonly cost: number | null
   readonly startedAt: number
 }
 
+const modelOf = (snapshot: unknown): string | null => {
+  if (typeof snapshot !== "object" || snapshot === null || !("agent" in snapshot)) return null
+  const agent = snapshot.agent
+  if (typeof agent !== "object" || agent === null || !("modelSettings" in agent)) return null
+  const settings = agent.modelSettings
+  if (typeof settings !== "object" || settings === null || !("model" in settings)) return null
+  return typeof settings.model === "string" ? settings.model : null
+}
+
 /** The statistics document: `groups` is what `polyloop stats --json` prints for the same filter. */
-export const document = (query: StatsQuery): Effect.Effect<{ readonly groups: unknown; readonly runs: ReadonlyArray<RunPoint> }, StoreError, RunLogStore.RunLogStore> =>
+export const document = (
+  query: StatsQuery,
+  prices: Prices.PriceTable | undefined
+): Effect.Effect<{ readonly groups: unknown; readonly runs: ReadonlyArray<RunPoint>; readonly currency: string | null }, StoreError, RunLogStore.RunLogStore> =>
   Effect.gen(function*() {
     const agent = query.agent === undefined || query.agent === "" ? undefined : query.agent
     const snapshot = query.snapshot === undefined || query.snapshot === "" ? undefined : query.snapshot
@@ -49,6 +68,8 @@ export const document = (query: StatsQuery): Effect.Effect<{ readonly groups: un
     const runs = logs.flatMap((log): ReadonlyArray<RunPoint> => {
       if (Option.isNone(log.started) || Option.isNone(log.finished)) return []
       const finished = log.finished.value
+      const model = modelOf(log.started.value.snapshot)
+      const usage = { input: finished.counters.usage.inputTokens, output: finished.counters.usage.outputTokens }
       return [{
         runId: log.started.value.runId,
         agent: Stats.agentOf(log),
@@ -57,8 +78,12 @@ export const document = (query: StatsQuery): Effect.Effect<{ readonly groups: un
         steps: finished.counters.steps,
         effectiveSteps: finished.counters.effectiveSteps,
         tokens: totalTokens(finished.counters.usage),
+        inputTokens: usage.input,
+        outputTokens: usage.output,
+        model,
+        cost: prices === undefined ? null : (Prices.cost(prices, model ?? undefined, usage) ?? null),
         startedAt: log.started.value.startedAt
       }]
     })
-    return { groups: encodeGroups(Stats.compute(logs)), runs }
+    return { groups: encodeGroups(Stats.compute(logs)), runs, currency: prices?.currency ?? null }
   })
