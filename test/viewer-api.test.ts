@@ -325,6 +325,36 @@ describe.sequential("polyloop serve: the HTTP API", () => {
         assert.strictEqual(after!.count, before!.count + 1)
       }))
 
+    it.effect("searches tasks, replies and observations with the store's own query: case-insensitive, newest run first, paged, % and _ literal", () =>
+      Effect.gen(function*() {
+        const { url } = yield* Viewer
+        interface SearchDoc extends ApiError {
+          readonly hits: ReadonlyArray<{ readonly runId: string; readonly step: number | null; readonly field: string; readonly snippet: string }>
+          readonly more: boolean
+          readonly page: number
+        }
+        const search = (query: Record<string, string>) => getJson<SearchDoc>(`${url}api/search?${new URLSearchParams(query)}`)
+        const scripts = (yield* search({ q: "SCRIPT>" })).body
+        assert.deepStrictEqual(
+          scripts.hits.map((h) => [h.runId, h.field, h.step]),
+          [["hostile-2", "reply", 0], ["hostile-2", "observation", 0], ["hostile-1", "reply", 0], ["hostile-1", "observation", 0]]
+        )
+        assert.isFalse(scripts.more)
+        assert.include(scripts.hits[0]!.snippet, "<script>alert(1)</script>")
+        const tasks = (yield* search({ q: "count the customers" })).body
+        assert.deepStrictEqual(tasks.hits.map((h) => [h.runId, h.field, h.step]), [["env-1", "task", null]])
+        const second = (yield* search({ q: "script>", pageSize: "1", page: "2" })).body
+        assert.deepStrictEqual([second.hits.map((h) => [h.runId, h.field]), second.more, second.page], [[["hostile-2", "observation"]], true, 2])
+        // LIKE's wildcards are the text's own characters.
+        const underscore = (yield* search({ q: "e_e" })).body
+        assert.isAbove(underscore.hits.length, 0)
+        assert.isTrue(underscore.hits.every((h) => h.snippet.includes("e_e")), JSON.stringify(underscore.hits))
+        assert.deepStrictEqual((yield* search({ q: "100%" })).body.hits, [])
+        for (const query of [{ q: "" }, { q: "x".repeat(201) }, { q: "x", page: "0" }, {}]) {
+          assert.strictEqual((yield* search(query as Record<string, string>)).status, 400, JSON.stringify(query))
+        }
+      }))
+
     it.effect("answers only loopback Host headers (no DNS rebinding)", () =>
       Effect.gen(function*() {
         const { port } = yield* Viewer
@@ -538,5 +568,12 @@ describe.sequential("polyloop serve on PostgreSQL", () => {
       assert.strictEqual(transcripts.at(-1)!.finished?.stopReason._tag, "Completed")
       const listed = yield* getJson(`${bound.baseUrl}api/runs`)
       assert.deepStrictEqual(listed.body.runs.map((run) => [run.runId, run.status]), [["pg-live", "Finished"]])
+      // The search is PostgreSQL's own query (ILIKE over the records' JSON fields).
+      const found = yield* getJson<{ readonly hits: ReadonlyArray<{ readonly runId: string; readonly field: string; readonly step: number | null }> }>(
+        `${bound.baseUrl}api/search?q=${encodeURIComponent("LOOKING UP TOPIC 2")}`
+      )
+      assert.deepStrictEqual(found.body.hits.map((h) => [h.runId, h.field, h.step]), [["pg-live", "reply", 2]])
+      const observed = yield* getJson<{ readonly hits: ReadonlyArray<{ readonly field: string; readonly snippet: string }> }>(`${bound.baseUrl}api/search?q=notes%20about%20topic%203`)
+      assert.deepStrictEqual(observed.body.hits.map((h) => [h.field, h.snippet]), [["observation", "notes about topic 3"]])
     }).pipe(Effect.scoped), { timeout: 120_000 })
 })

@@ -10,6 +10,8 @@
  * - the statistics plots: the stacked stop-reason bars hold exactly the counts of
  *   `polyloop stats --json` (run as a process on the same store), for the whole store and for
  *   one agent; the histograms count every finished run;
+ * - search from the header's box: the store's own query, hits with the match marked (as text),
+ *   paged, each opening its run;
  * - costs from the price table given with `--prices`: a run's, and the store's total;
  * - nothing from a run becomes markup on these pages (the hostile run's reply is text).
  *
@@ -198,6 +200,36 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     assert.deepStrictEqual(pageErrors, [])
     await page.close()
     await fork.close()
+  }, 120_000)
+
+  it("searches tasks, replies and observations from the header: hits marked as text, paged, each opening its run", async () => {
+    const page = await open("/")
+    await page.locator("#runs").waitFor()
+    await page.locator('#search input[name="q"]').fill("read the page ONCE more")
+    await page.locator('#search input[name="q"]').press("Enter")
+    await page.locator("#hits li").first().waitFor()
+    assert.deepStrictEqual(
+      await page.locator("#hits li").evaluateAll((items) => items.map((li) => [li.getAttribute("data-run"), li.getAttribute("data-field"), li.getAttribute("data-step")])),
+      [["fork-alt", "reply", "1"]]
+    )
+    assert.strictEqual(await page.locator("#hits mark").innerText(), "read the page once more")
+    assert.strictEqual(new URL(page.url()).searchParams.get("q"), "read the page ONCE more")
+    // Markup in what is found stays text (the hostile reply and observation).
+    await page.goto(new URL(`/?${new URLSearchParams({ view: "search", q: "<script>" })}`, url).href)
+    await page.locator("#hits li").first().waitFor()
+    assert.isAbove(await page.locator("#hits li").count(), 4)
+    assert.strictEqual(await page.locator("main script, main img, main b").count(), 0)
+    assert.include(await page.locator("#hits li").first().innerText(), "<script>alert(")
+    await page.screenshot({ path: path.join(screenshots, "viewer-search.png"), fullPage: true })
+    await page.goto(new URL(`/?${new URLSearchParams({ view: "search", q: "notes about", page: "1" })}`, url).href)
+    await page.locator("#hits li").first().waitFor()
+    const firstPage = await page.locator("#hits li").count()
+    await page.locator("#hits li a").first().click()
+    await page.locator("#run-id").waitFor()
+    assert.isAbove(firstPage, 0)
+    assert.deepStrictEqual(dialogs, [])
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
   }, 120_000)
 
   it("plots the statistics with the figures of `polyloop stats --json`, for the store and for one agent", async () => {

@@ -15,6 +15,9 @@
  * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
  *   (`groups`), and each finished run's steps, tokens, cost and start for the page's plots (`runs`);
  * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
+ * - `GET /api/search?q=&page=` — runs whose task, replies or observations hold a text, by the
+ *   store's own query (`RunLogStore.searchRuns`, design 0241), a page at a time (501 for a store
+ *   that cannot search);
  * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
  *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
  *   `Approval.decide`; JSON only, from the viewer's own page, recorded under the server's
@@ -64,6 +67,7 @@ import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
 import * as Prices from "./internal/viewer/prices.js"
+import * as Search from "./internal/viewer/search.js"
 import * as Stats from "./internal/viewer/stats.js"
 
 /** The address `serve` binds by default. */
@@ -192,6 +196,7 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/api\/live$/, "GET"],
   [/^\/api\/stats$/, "GET"],
   [/^\/api\/prices$/, "GET"],
+  [/^\/api\/search$/, "GET"],
   [/^\/api\/runs\/[^/]+$/, "GET"],
   [/^\/api\/runs\/[^/]+\/(?:live|forks)$/, "GET"],
   [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
@@ -254,6 +259,17 @@ export const app = (
       HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
       HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
       HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
+      HttpRouter.get(
+        "/api/search",
+        respondToFailure(Effect.gen(function*() {
+          const query = yield* HttpServerRequest.schemaSearchParams(Search.SearchQuery)
+          const store = yield* RunLogStore.RunLogStore
+          if (store.searchRuns === undefined) {
+            return apiError(501, "SearchUnsupported", "this run store cannot search (it has no searchRuns): see design 0241")
+          }
+          return HttpServerResponse.unsafeJson(yield* Search.page(store.searchRuns, query))
+        }))
+      ),
       HttpRouter.get("/api/prices", Effect.sync(() => HttpServerResponse.unsafeJson({ prices: options.prices ?? null }))),
       HttpRouter.get(
         "/api/stats",

@@ -1120,6 +1120,83 @@ const comparePage = async (leftId, rightId) => {
   if (first !== null) document.getElementById("first-difference").scrollIntoView?.({ block: "start" })
 }
 
+// -----------------------------------------------------------------------------
+// search (the store's own query, a page at a time)
+// -----------------------------------------------------------------------------
+
+/** `text` with each case-insensitive occurrence of `wanted` in a <mark> (elements and text nodes only). */
+const marked = (text, wanted) => {
+  const parts = []
+  const lower = text.toLowerCase()
+  const needle = wanted.toLowerCase()
+  let at = 0
+  for (let found = lower.indexOf(needle); needle !== "" && found >= 0; found = lower.indexOf(needle, at)) {
+    if (found > at) parts.push(text.slice(at, found))
+    parts.push(el("mark", {}, text.slice(found, found + needle.length)))
+    at = found + needle.length
+  }
+  parts.push(text.slice(at))
+  return parts
+}
+
+const fieldNames = { task: "task", reply: "reply", observation: "observation" }
+
+const searchPage = async () => {
+  closeLive()
+  const params = new URLSearchParams(location.search)
+  const q = params.get("q") ?? ""
+  const page = Math.max(1, Number(params.get("page") ?? "1") || 1)
+  document.title = `${q} · search · polyloop`
+  const input = document.querySelector('#search input[name="q"]')
+  if (input) input.value = q
+  let data
+  try {
+    data = await getJson(`/api/search?${new URLSearchParams({ q, page: String(page) })}`)
+    showProblem(null)
+  } catch (error) {
+    showProblem(`cannot search: ${error.message}`)
+    main.replaceChildren(el("h1", {}, "Search"))
+    return
+  }
+  const go = (next) => {
+    const query = new URLSearchParams({ view: "search", q })
+    if (next > 1) query.set("page", String(next))
+    history.pushState(null, "", `/?${query}`)
+    route()
+  }
+  const prev = el("button", { type: "button", disabled: data.page <= 1 }, "← previous")
+  const next = el("button", { type: "button", disabled: !data.more }, "next →")
+  prev.addEventListener("click", () => go(data.page - 1))
+  next.addEventListener("click", () => go(data.page + 1))
+  main.replaceChildren(
+    el("h1", {}, "Search ", el("span", { class: "mono" }, q)),
+    el("p", { class: "muted", id: "search-count" }, data.hits.length === 0 ? "Nothing found." : `hits ${(data.page - 1) * data.pageSize + 1}–${(data.page - 1) * data.pageSize + data.hits.length}${data.more ? ", more on the next page" : ""}`),
+    el(
+      "ul",
+      { class: "hits", id: "hits" },
+      data.hits.map((hit) =>
+        el(
+          "li",
+          { "data-run": hit.runId, "data-field": hit.field, "data-step": hit.step ?? "" },
+          el("a", { href: runHref(hit.runId), class: "mono" }, hit.runId),
+          el("span", { class: "badge decision" }, fieldNames[hit.field] ?? hit.field),
+          hit.step === null ? null : el("span", { class: "note" }, `step ${hit.step}`),
+          el("div", { class: "snippet" }, marked(hit.snippet, q))
+        )
+      )
+    ),
+    el("div", { class: "pager" }, prev, el("span", { id: "search-page" }, `page ${data.page}`), next)
+  )
+}
+
+document.getElementById("search")?.addEventListener("submit", (event) => {
+  event.preventDefault()
+  const q = new FormData(event.target).get("q")
+  if (typeof q !== "string" || q.trim() === "") return
+  history.pushState(null, "", `/?${new URLSearchParams({ view: "search", q })}`)
+  route()
+})
+
 const compareHref = (left, right) => `/?${new URLSearchParams({ compare: left, with: right })}`
 
 // -----------------------------------------------------------------------------
@@ -1137,6 +1214,7 @@ const route = () => {
   }
   if (params.get("compare") && params.get("with")) void comparePage(params.get("compare"), params.get("with"))
   else if (view === "stats") void statsPage()
+  else if (view === "search" && params.get("q")) void searchPage()
   else if (runId !== null && runId !== "") void runPage(runId)
   else void listPage()
 }
