@@ -13,7 +13,7 @@
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
  * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
- *   (`groups`), and each finished run's steps, tokens, cost and start for the page's plots (`runs`);
+ *   (`groups`), with the plots' histograms and the costs by the price table;
  * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
  * - `GET /api/search?q=&page=` — runs whose task, replies or observations hold a text, by the
  *   store's own query (`RunLogStore.searchRuns`, design 0241), a page at a time (501 for a store
@@ -231,6 +231,7 @@ export const app = (
     const allowed = Address.allowlist(options.boundHost ?? defaultHost, options.allowedHosts ?? [])
     const secret = Auth.make(options.token)
     const forks = Forks.make()
+    const statsIndex = yield* Stats.make()
     const hub = yield* Live.makeHub(interval)
     const openStreams = yield* Ref.make(0)
     const assets = yield* Assets.load.pipe(
@@ -275,7 +276,7 @@ export const app = (
         "/api/stats",
         respondToFailure(Effect.gen(function*() {
           const query = yield* HttpServerRequest.schemaSearchParams(Stats.StatsQuery)
-          return HttpServerResponse.unsafeJson(yield* Stats.document(query, options.prices))
+          return HttpServerResponse.unsafeJson(yield* statsIndex.document(query, options.prices))
         }))
       ),
       HttpRouter.get(

@@ -848,32 +848,6 @@ const renderTimeline = (transcript) => {
 // statistics
 // -----------------------------------------------------------------------------
 
-/** Bins for a histogram of non-negative integers: one per value up to 30 values, else 20 equal bins. */
-const histogram = (values) => {
-  if (values.length === 0) return []
-  const max = Math.max(...values)
-  if (max < 30) {
-    return Array.from({ length: max + 1 }, (_, v) => ({ label: String(v), from: v, to: v, count: values.filter((x) => x === v).length }))
-  }
-  const width = Math.ceil((max + 1) / 20)
-  return Array.from({ length: Math.ceil((max + 1) / width) }, (_, i) => {
-    const from = i * width
-    const to = from + width - 1
-    return { label: `${from}–${to}`, from, to, count: values.filter((x) => x >= from && x <= to).length }
-  })
-}
-
-/** Runs per day (UTC), or per hour when the runs span less than two days. */
-const overTime = (runs) => {
-  if (runs.length === 0) return []
-  const times = runs.map((r) => r.startedAt)
-  const hourly = Math.max(...times) - Math.min(...times) < 2 * 86400000
-  const key = (t) => new Date(t).toISOString().slice(0, hourly ? 13 : 10).replace("T", " ") + (hourly ? ":00Z" : "")
-  const counts = new Map()
-  for (const t of [...times].sort((a, b) => a - b)) counts.set(key(t), (counts.get(key(t)) ?? 0) + 1)
-  return [...counts.entries()].map(([label, count]) => ({ label, count }))
-}
-
 const groupLabel = (group) => `${group.agent} · ${group.snapshotHash.slice(0, 8)}`
 
 const statsParams = () => {
@@ -899,18 +873,16 @@ const statsPage = async () => {
     showProblem(`cannot compute the statistics: ${error.message}`)
     return
   }
-  const { groups, runs, currency } = data
-  const costs = groups.map((g) => {
-    const mine = runs.filter((r) => r.agent === g.agent && r.snapshotHash === g.snapshotHash)
-    return { amount: mine.reduce((sum, r) => sum + (r.cost ?? 0), 0), unpriced: mine.filter((r) => r.cost === null).length }
-  })
-  const totalCost = runs.reduce((sum, r) => sum + (r.cost ?? 0), 0)
-  const unpriced = runs.filter((r) => r.cost === null).length
+  const { groups, finished, histograms, cost } = data
+  const currency = cost?.currency ?? null
+  const costs = cost?.groups ?? []
+  const totalCost = cost?.total ?? 0
+  const unpriced = cost?.unpriced ?? 0
   const filter = el(
     "form",
     { class: "filters", id: "stats-filters" },
     select("agent", "Agent", params.get("agent") ?? "", agents.map((a) => [a, a])),
-    el("span", { class: "muted", id: "stats-count" }, `${runs.length} finished run${runs.length === 1 ? "" : "s"} in ${groups.length} configuration${groups.length === 1 ? "" : "s"}`)
+    el("span", { class: "muted", id: "stats-count" }, `${finished} finished run${finished === 1 ? "" : "s"} in ${groups.length} configuration${groups.length === 1 ? "" : "s"}`)
   )
   filter.addEventListener("change", (event) => {
     const next = statsParams()
@@ -930,9 +902,9 @@ const statsPage = async () => {
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } } }
   }, true)
-  const stepsBins = histogram(runs.map((r) => r.steps))
-  const tokenBins = histogram(runs.map((r) => r.tokens))
-  const timeBins = overTime(runs)
+  const stepsBins = histograms.steps
+  const tokenBins = histograms.tokens
+  const timeBins = histograms.overTime
   const histogramChart = (id, label, bins, axis, color) =>
     chartBox(id, {
       label,
