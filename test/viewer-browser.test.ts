@@ -310,7 +310,7 @@ describe.sequential("polyloop serve in a real browser", () => {
 
   it("links a fork to its parent and a run to its forks", async () => {
     const page = await open(`/?${new URLSearchParams({ run: "hostile-run" })}`)
-    const forkLink = page.locator("#forks a")
+    const forkLink = page.locator("#forks a.fork-run")
     await forkLink.waitFor()
     assert.strictEqual(await forkLink.innerText(), "fork-run")
     assert.include(await page.locator("#forks").innerText(), "from step 2")

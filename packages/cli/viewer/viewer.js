@@ -437,12 +437,18 @@ const renderSnapshot = (transcript) => {
 /** Who decides, remembered by the browser (the server records its own default when empty). */
 const deciderKey = "polyloop.decider"
 
+/** What was typed in the decision inputs, kept while the page renders again (live updates). */
+const typed = { by: undefined, reasons: new Map() }
+
 /** The calls waiting for a decision, each with Approve / Reject (POST /api/runs/<id>/decisions). */
 const renderWaiting = (transcript) => {
-  const by = el("input", { type: "text", name: "by", placeholder: "your name (recorded as you claim it, next to the server's user)", value: localStorage.getItem(deciderKey) ?? "" })
+  // The page renders again with each live update: what was typed is kept across renders.
+  const by = el("input", { type: "text", name: "by", placeholder: "your name (recorded as you claim it, next to the server's user)", value: typed.by ?? localStorage.getItem(deciderKey) ?? "" })
+  by.addEventListener("input", () => (typed.by = by.value))
   by.addEventListener("change", () => localStorage.setItem(deciderKey, by.value.trim()))
   const calls = transcript.waiting.map((waiting) => {
-    const reason = el("input", { type: "text", name: "reason", placeholder: "why not (told to the model)" })
+    const reason = el("input", { type: "text", name: "reason", placeholder: "why not (told to the model)", value: typed.reasons.get(waiting.callId) ?? "" })
+    reason.addEventListener("input", () => typed.reasons.set(waiting.callId, reason.value))
     const approve = el("button", { type: "button", class: "approve" }, "Approve")
     const reject = el("button", { type: "button", class: "reject" }, "Reject")
     const outcome = el("span", { class: "note outcome", role: "status" })
@@ -585,7 +591,7 @@ const makeRunView = (priceTable) => {
                 el(
                   "li",
                   {},
-                  el("a", { href: runHref(fork.runId) }, fork.runId),
+                  el("a", { href: runHref(fork.runId), class: "fork-run" }, fork.runId),
                   ` from step ${fork.step} `,
                   el("a", { href: compareHref(runId, fork.runId), class: "note compare-fork" }, "compare"),
                   " ",
@@ -674,7 +680,8 @@ const runPage = async (runId) => {
     const transcript = JSON.parse(event.data)
     // The first document repeats what the page already shows (unless the run had not started).
     const changed = lastId === null ? !shown : lastId !== event.lastEventId
-    view.render(transcript, changed)
+    // The first document of a page already shown repeats it: not rendered again (what is typed keeps its focus).
+    if (changed) view.render(transcript, changed)
     shown = true
     lastId = event.lastEventId
     if (transcript.finished !== null) {
@@ -865,15 +872,14 @@ const statsPage = async () => {
   closeLive()
   const params = statsParams()
   let data
-  let agents = []
   try {
-    ;[data, { filters: { agents } }] = await Promise.all([getJson(`/api/stats?${params}`), getJson("/api/runs?pageSize=1")])
+    data = await getJson(`/api/stats?${params}`)
     showProblem(null)
   } catch (error) {
     showProblem(`cannot compute the statistics: ${error.message}`)
     return
   }
-  const { groups, finished, histograms, cost } = data
+  const { groups, finished, histograms, cost, agents } = data
   const currency = cost?.currency ?? null
   const costs = cost?.groups ?? []
   const totalCost = cost?.total ?? 0

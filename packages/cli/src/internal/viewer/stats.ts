@@ -124,6 +124,8 @@ export interface Document {
   /** What `polyloop stats --json` prints for the same filter. */
   readonly groups: unknown
   readonly finished: number
+  /** The agents of all finished runs (the filter's choices, whatever the filter). */
+  readonly agents: ReadonlyArray<string>
   readonly histograms: { readonly steps: ReadonlyArray<Bin>; readonly tokens: ReadonlyArray<Bin>; readonly overTime: ReadonlyArray<Bin> }
   /** By the price table (null without one): per group (as `groups` is ordered) and in total; runs of an unpriced model are counted apart. */
   readonly cost: {
@@ -191,6 +193,7 @@ export const make = (): Effect.Effect<Index> =>
           return {
             groups: encodeGroups(groups),
             finished: selected.length,
+            agents: [...new Set([...entries.values()].map((e) => e.agent))].sort(),
             histograms: {
               steps: histogram(selected.map((e) => e.steps)),
               tokens: histogram(selected.map((e) => e.tokens)),
