@@ -191,6 +191,13 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     assert.isTrue(await page.getByText("<script>alert(1)</script>", { exact: false }).first().isVisible())
     assert.strictEqual(await page.locator("main script, main img, main b").count(), 0)
     await page.screenshot({ path: path.join(screenshots, "viewer-compare.png"), fullPage: true })
+    // Any two runs: from a run's page, by the other's id (here two runs of one configuration).
+    const any = await open(`/?${new URLSearchParams({ run: "hostile-b" })}`)
+    await any.locator('#compare-form input[name="with"]').fill("hostile-a")
+    await any.locator("#compare-form button").click()
+    await any.locator("#no-difference").waitFor()
+    assert.include(await any.locator("#no-difference").innerText(), "agree on all 3 steps")
+    await any.close()
     // The fork's own page links to the comparison with its parent.
     const fork = await open(`/?${new URLSearchParams({ run: "fork-alt" })}`)
     await fork.locator("#compare-parent").click()

@@ -532,6 +532,20 @@ const renderHeader = (transcript, live, table) => {
       )
     ])
   }
+  const compareForm = el(
+    "form",
+    { id: "compare-form", class: "inline-form" },
+    el("input", { type: "text", name: "with", placeholder: "another run's id (a replay, another epoch…)", maxlength: "200", required: true, "aria-label": "run to compare with" }),
+    el("button", { type: "submit" }, "compare")
+  )
+  compareForm.addEventListener("submit", (event) => {
+    event.preventDefault()
+    const other = new FormData(compareForm).get("with")
+    if (typeof other !== "string" || other.trim() === "") return
+    history.pushState(null, "", compareHref(transcript.runId, other.trim()))
+    route()
+  })
+  facts.push(["compare with", compareForm])
   if (transcript.resumes.length > 0) facts.push(["resumes", el("span", {}, `${transcript.resumes.length}× (at step ${transcript.resumes.map((r) => r.fromStep).join(", ")})`)])
   if (reason) facts.push(["stop reason", el("span", { class: `badge ${stopReasonClass(reason)}`, id: "stop-reason" }, stopReasonLabel(reason))])
   if (reason && reason._tag === "Completed" && typeof reason.answer === "string") facts.push(["answer", pre(reason.answer)])
