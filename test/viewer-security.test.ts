@@ -327,7 +327,7 @@ describe.sequential("polyloop serve: the attacks of issue 34 are refused", () =>
         }
         // The slots come back once the server has seen the connections close.
         let again = yield* openStream(loopback, "/api/live")
-        for (let tries = 0; again.status !== 200 && tries < 100; tries++) {
+        for (let tries = 0; again.status !== 200 && tries < 400; tries++) {
           again.close()
           yield* Effect.sleep("50 millis")
           again = yield* openStream(loopback, "/api/live")
