@@ -39,6 +39,12 @@ import * as path from "node:path"
 import { freshDatabaseUrl } from "./support/pg-database.js"
 import * as Scenario from "./support/viewer-scenario.js"
 
+/** The token the tests' servers are started with (each start makes its own unless given one). */
+const token = "viewer-api-test-token"
+
+/** What every request of these tests carries (the page's cookie does the same; viewer-security.test.ts tests both). */
+const auth = { authorization: `Bearer ${token}` }
+
 /** The server under test. */
 class Viewer extends Context.Tag("test/Viewer")<Viewer, { readonly url: string; readonly port: number }>() {}
 
@@ -72,8 +78,8 @@ const viewerLayer = Layer.scoped(
       yield* Scenario.run(name, runId)
       yield* Effect.sleep("5 millis") // distinct start times: newest first is well defined
     }
-    const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50) })
-    return { url: bound.url, port: bound.port }
+    const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), token })
+    return { url: bound.baseUrl, port: bound.port }
   })
 ).pipe(Layer.provideMerge(storeLayer), Layer.provide(NodeContext.layer))
 
@@ -128,7 +134,7 @@ interface Fetched<Body> {
 
 const getJson = <Body = RunsDoc>(url: string) =>
   Effect.promise(async (): Promise<Fetched<Body>> => {
-    const response = await fetch(url)
+    const response = await fetch(url, { headers: auth })
     return { status: response.status, headers: response.headers, body: (await response.json()) as Body }
   })
 
@@ -137,7 +143,7 @@ const getRun = (url: string) => getJson<TranscriptDoc>(url)
 /** A raw request with a chosen `Host` header (fetch does not let one set it). */
 const getWithHost = (port: number, pathname: string, host: string) =>
   Effect.async<{ readonly status: number; readonly body: string }>((resume) => {
-    const request = http.get({ host: "127.0.0.1", port, path: pathname, headers: { host } }, (response) => {
+    const request = http.get({ host: "127.0.0.1", port, path: pathname, headers: { host, ...auth } }, (response) => {
       let body = ""
       response.setEncoding("utf8").on("data", (chunk: string) => (body += chunk)).on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, body })))
     })
@@ -156,7 +162,7 @@ const readEvents = (url: string, until: (events: ReadonlyArray<Sse.Event>) => bo
     })
     const controller = new AbortController()
     signal.addEventListener("abort", () => controller.abort())
-    const response = await fetch(url, { signal: controller.signal, headers: { accept: "text/event-stream" } })
+    const response = await fetch(url, { signal: controller.signal, headers: { accept: "text/event-stream", ...auth } })
     assert.strictEqual(response.status, 200)
     assert.match(response.headers.get("content-type") ?? "", /^text\/event-stream/)
     const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader()
@@ -319,12 +325,42 @@ describe.sequential("polyloop serve: the HTTP API", () => {
         assert.strictEqual(after!.count, before!.count + 1)
       }))
 
+    it.effect("searches tasks, replies and observations with the store's own query: case-insensitive, newest run first, paged, % and _ literal", () =>
+      Effect.gen(function*() {
+        const { url } = yield* Viewer
+        interface SearchDoc extends ApiError {
+          readonly hits: ReadonlyArray<{ readonly runId: string; readonly step: number | null; readonly field: string; readonly snippet: string }>
+          readonly more: boolean
+          readonly page: number
+        }
+        const search = (query: Record<string, string>) => getJson<SearchDoc>(`${url}api/search?${new URLSearchParams(query)}`)
+        const scripts = (yield* search({ q: "SCRIPT>" })).body
+        assert.deepStrictEqual(
+          scripts.hits.map((h) => [h.runId, h.field, h.step]),
+          [["hostile-2", "reply", 0], ["hostile-2", "observation", 0], ["hostile-1", "reply", 0], ["hostile-1", "observation", 0]]
+        )
+        assert.isFalse(scripts.more)
+        assert.include(scripts.hits[0]!.snippet, "<script>alert(1)</script>")
+        const tasks = (yield* search({ q: "count the customers" })).body
+        assert.deepStrictEqual(tasks.hits.map((h) => [h.runId, h.field, h.step]), [["env-1", "task", null]])
+        const second = (yield* search({ q: "script>", pageSize: "1", page: "2" })).body
+        assert.deepStrictEqual([second.hits.map((h) => [h.runId, h.field]), second.more, second.page], [[["hostile-2", "observation"]], true, 2])
+        // LIKE's wildcards are the text's own characters.
+        const underscore = (yield* search({ q: "e_e" })).body
+        assert.isAbove(underscore.hits.length, 0)
+        assert.isTrue(underscore.hits.every((h) => h.snippet.includes("e_e")), JSON.stringify(underscore.hits))
+        assert.deepStrictEqual((yield* search({ q: "100%" })).body.hits, [])
+        for (const query of [{ q: "" }, { q: "x".repeat(201) }, { q: "x", page: "0" }, {}]) {
+          assert.strictEqual((yield* search(query as Record<string, string>)).status, 400, JSON.stringify(query))
+        }
+      }))
+
     it.effect("answers only loopback Host headers (no DNS rebinding)", () =>
       Effect.gen(function*() {
         const { port } = yield* Viewer
         const foreign = yield* getWithHost(port, "/api/runs", `attacker.example:${port}`)
         assert.strictEqual(foreign.status, 403)
-        assert.match((JSON.parse(foreign.body) as ApiError).error.message, /loopback host/)
+        assert.match((JSON.parse(foreign.body) as ApiError).error.message, /its own hosts only/)
         for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, `app.localhost:${port}`]) {
           assert.strictEqual((yield* getWithHost(port, "/api/runs", host)).status, 200, host)
         }
@@ -333,7 +369,7 @@ describe.sequential("polyloop serve: the HTTP API", () => {
     it.effect("serves the page and its files; the page never uses innerHTML", () =>
       Effect.gen(function*() {
         const { url } = yield* Viewer
-        const page = yield* Effect.promise(() => fetch(url).then(async (r) => ({ type: r.headers.get("content-type"), text: await r.text() })))
+        const page = yield* Effect.promise(() => fetch(url, { headers: auth }).then(async (r) => ({ type: r.headers.get("content-type"), text: await r.text() })))
         assert.match(page.type ?? "", /^text\/html/)
         assert.include(page.text, `<script type="module" src="/assets/viewer.js">`)
         const script = yield* Effect.promise(() => fetch(`${url}assets/viewer.js`).then((r) => r.text()))
@@ -368,8 +404,8 @@ describe("polyloop serve: where it binds", () => {
   it.live("closing the server does not wait for open live streams", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
-      const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50) }).pipe(Scope.extend(scope))
-      const reading = yield* Effect.fork(readEvents(`${bound.url}api/live`, () => false))
+      const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), token }).pipe(Scope.extend(scope))
+      const reading = yield* Effect.fork(readEvents(`${bound.baseUrl}api/live`, () => false))
       yield* Effect.sleep("300 millis")
       yield* Scope.close(scope, Exit.void)
       const { ended } = yield* Fiber.join(reading)
@@ -386,8 +422,8 @@ const deciderLayer = Layer.scoped(
     for (const runId of ["approval-1", "approval-2"]) yield* Scenario.suspend(runId)
     yield* Scenario.run("hostile", "parent-1")
     yield* Fork.fork({ from: Ids.runId("parent-1"), atStep: 1, runId: Ids.runId("fork-1") })
-    const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), decider: "tester" })
-    return { url: bound.url }
+    const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), decider: "tester", token })
+    return { url: bound.baseUrl }
   })
 ).pipe(Layer.provideMerge(storeLayer), Layer.provide(NodeContext.layer))
 
@@ -408,7 +444,7 @@ const postDecision = (url: string, runId: string, body: unknown, headers: Record
   Effect.promise(async () => {
     const response = await fetch(`${url}api/runs/${encodeURIComponent(runId)}/decisions`, {
       method: "POST",
-      headers: { "content-type": "application/json", origin: new URL(url).origin, ...headers },
+      headers: { "content-type": "application/json", origin: new URL(url).origin, ...auth, ...headers },
       body: typeof body === "string" ? body : JSON.stringify(body)
     })
     return { status: response.status, body: (await response.json()) as DecisionDoc }
@@ -443,8 +479,9 @@ describe.sequential("polyloop serve: approvals and forks", () => {
           [good, { origin: "http://attacker.example" }, 403, "Refused"],
           [good, { "sec-fetch-site": "cross-site" }, 403, "Refused"],
           ["{not json", {}, 400, "InvalidBody"],
-          [{ ...good, decision: "Maybe" }, {}, 400, "InvalidQuery"],
+          [{ ...good, decision: "Maybe" }, {}, 400, "InvalidBody"],
           [{ ...good, actionHash: "0".repeat(64) }, {}, 409, "ActionMismatch"],
+          [{ ...good, actionHash: "not-a-hash" }, {}, 400, "InvalidBody"],
           [{ ...good, decision: "Reject", reason: "  " }, {}, 400, "InvalidDecision"],
           [{ ...good, callId: "call_nobody" }, {}, 404, "UnknownCall"]
         ]
@@ -459,13 +496,13 @@ describe.sequential("polyloop serve: approvals and forks", () => {
         assert.deepStrictEqual([unknown.status, unknown.body.error._tag], [404, "NotSuspended"])
       }))
 
-    it.effect("records a decision through Agent.decide (the first one stands, the page's name or the server's decider)", () =>
+    it.effect("records a decision through Agent.decide (the first one stands; the page's name as a claim next to the server's decider)", () =>
       Effect.gen(function*() {
         const { url } = yield* Decider
         const [call] = yield* waitingOf(url, "approval-1")
         const approved = yield* postDecision(url, "approval-1", { callId: call!.callId, decision: "Approve", actionHash: call!.actionHash, by: "Ada" })
         assert.strictEqual(approved.status, 200, JSON.stringify(approved.body))
-        assert.deepStrictEqual([approved.body.decided._tag, approved.body.decided.by, approved.body.decided.decision._tag], ["ApprovalDecided", "Ada", "Approve"])
+        assert.deepStrictEqual([approved.body.decided._tag, approved.body.decided.by, approved.body.decided.decision._tag], ["ApprovalDecided", "Ada (named on the page; served as tester)", "Approve"])
         assert.deepStrictEqual(yield* waitingOf(url, "approval-1"), [])
         const again = yield* postDecision(url, "approval-1", { callId: call!.callId, decision: "Reject", reason: "changed my mind", actionHash: call!.actionHash })
         assert.deepStrictEqual([again.status, again.body.error._tag], [409, "AlreadyDecided"])
@@ -475,7 +512,7 @@ describe.sequential("polyloop serve: approvals and forks", () => {
         assert.deepStrictEqual([rejected.status, rejected.body.decided.by], [200, "tester"])
         const { body } = yield* getRun(`${url}api/runs/approval-1`)
         const records = (body as unknown as { readonly approvals: ReadonlyArray<{ readonly _tag: string; readonly by?: string }> }).approvals
-        assert.deepStrictEqual(records.map((a) => [a._tag, a.by]), [["ApprovalRequested", undefined], ["ApprovalDecided", "Ada"]])
+        assert.deepStrictEqual(records.map((a) => [a._tag, a.by]), [["ApprovalRequested", undefined], ["ApprovalDecided", "Ada (named on the page; served as tester)"]])
         const listed = (yield* getJson(runsUrl(url, { status: "Suspended" }))).body
         assert.deepStrictEqual(listed.runs, [], "a run with every call decided waits for nothing (it goes on when run again)")
       }))
@@ -519,8 +556,8 @@ describe.sequential("polyloop serve on PostgreSQL", () => {
       // The writer: a store of its own on the same database, as another machine's worker would have.
       const writer = yield* Layer.build(SqlRunLogStore.layerPg({ url }))
       const viewer = yield* Layer.build(SqlRunLogStore.layerPg({ url, maxConnections: 2 }))
-      const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50) }).pipe(Effect.provide(viewer), Effect.provide(NodeContext.layer))
-      const reading = yield* Effect.fork(readEvents(`${bound.url}api/runs/pg-live/live`, () => false))
+      const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), token }).pipe(Effect.provide(viewer), Effect.provide(NodeContext.layer))
+      const reading = yield* Effect.fork(readEvents(`${bound.baseUrl}api/runs/pg-live/live`, () => false))
       yield* Effect.sleep("300 millis")
       yield* Scenario.run("slow", "pg-live", { stepDelay: Duration.millis(150) }).pipe(Effect.provide(writer))
       const { events, ended } = yield* Fiber.join(reading)
@@ -529,7 +566,14 @@ describe.sequential("polyloop serve on PostgreSQL", () => {
       const completed = transcripts.map((doc) => doc.steps.filter((step) => step.completed).length)
       assert.isTrue(completed.some((n) => n > 0 && n < Scenario.slowSteps), `part-way documents: ${completed}`)
       assert.strictEqual(transcripts.at(-1)!.finished?.stopReason._tag, "Completed")
-      const listed = yield* getJson(`${bound.url}api/runs`)
+      const listed = yield* getJson(`${bound.baseUrl}api/runs`)
       assert.deepStrictEqual(listed.body.runs.map((run) => [run.runId, run.status]), [["pg-live", "Finished"]])
+      // The search is PostgreSQL's own query (ILIKE over the records' JSON fields).
+      const found = yield* getJson<{ readonly hits: ReadonlyArray<{ readonly runId: string; readonly field: string; readonly step: number | null }> }>(
+        `${bound.baseUrl}api/search?q=${encodeURIComponent("LOOKING UP TOPIC 2")}`
+      )
+      assert.deepStrictEqual(found.body.hits.map((h) => [h.runId, h.field, h.step]), [["pg-live", "reply", 2]])
+      const observed = yield* getJson<{ readonly hits: ReadonlyArray<{ readonly field: string; readonly snippet: string }> }>(`${bound.baseUrl}api/search?q=notes%20about%20topic%203`)
+      assert.deepStrictEqual(observed.body.hits.map((h) => [h.field, h.snippet]), [["observation", "notes about topic 3"]])
     }).pipe(Effect.scoped), { timeout: 120_000 })
 })

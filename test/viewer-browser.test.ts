@@ -11,7 +11,9 @@
  *   text: no dialog opens, the text is visible, no element is made of it;
  * - a suspended run shows its waiting call, and Reject (with its reason) is recorded;
  * - a fork links to its parent, the parent to its forks;
- * - the command stops on Ctrl-C while pages hold live streams open.
+ * - the command stops on Ctrl-C while pages hold live streams open;
+ * - the printed URL's token becomes an `HttpOnly`, `SameSite=Strict` cookie and leaves the
+ *   address bar; a browser without it is refused (design 0240).
  *
  * Screenshots of the list and of a transcript are written to a temporary folder (printed), or to
  * `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed).
@@ -98,6 +100,9 @@ describe.sequential("polyloop serve in a real browser", () => {
   const db = path.join(dir, "runs.db")
   let serve: Child | undefined
   let url = ""
+  /** The URL the command printed (with the start's token). */
+  let tokenUrl = ""
+  let token = ""
   let browser: Chromium.Browser | undefined
   const dialogs: Array<string> = []
   const pageErrors: Array<string> = []
@@ -128,9 +133,16 @@ describe.sequential("polyloop serve in a real browser", () => {
       }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
     )
     serve = start([launcher, "serve", "--db", db, "--port", "0", "--interval", "200"])
-    const [, address] = await serve.waitFor(/polyloop viewer on (http:\/\/\S+\/) /)
-    url = address!
+    const [, printed] = await serve.waitFor(/polyloop viewer on (http:\/\/\S+) /)
+    tokenUrl = printed!
+    const parsed = new URL(tokenUrl)
+    token = parsed.searchParams.get("token") ?? ""
+    url = `${parsed.origin}/`
     browser = await Chromium.launch({ width: 1280, height: 900 })
+    // The person opens the printed URL once: the server keeps the token in a cookie.
+    const first = await browser.context.newPage()
+    await first.goto(tokenUrl)
+    await first.close()
     process.stdout.write(`viewer screenshots: ${screenshots}\n`)
   }, 240_000)
 
@@ -140,9 +152,33 @@ describe.sequential("polyloop serve in a real browser", () => {
     fs.rmSync(dir, { recursive: true, force: true })
   })
 
-  it("serves on 127.0.0.1 unless told otherwise", () => {
+  it("serves on 127.0.0.1 unless told otherwise, and prints a URL with the start's token", () => {
     assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/$/)
+    assert.match(token, /^[0-9a-f]{64}$/)
   })
+
+  it("keeps the token in an HttpOnly, SameSite=Strict cookie and takes it out of the address bar; without it the page is refused", async () => {
+    const cookies = await browser!.context.cookies(url)
+    const cookie = cookies.find((c) => c.name.startsWith("polyloop-"))
+    assert.isDefined(cookie)
+    assert.deepStrictEqual([cookie!.value, cookie!.httpOnly, cookie!.sameSite], [token, true, "Strict"])
+    const page = await open(`/?${new URLSearchParams({ token, agent: "researcher" })}`)
+    assert.strictEqual(new URL(page.url()).search, "?agent=researcher", "the token left the address bar, the rest stayed")
+    await page.locator("#runs").waitFor()
+    assert.strictEqual(await page.evaluate("document.cookie"), "", "scripts cannot read the token")
+    await page.close()
+    const stranger = await Chromium.launch()
+    try {
+      const refused = await stranger.context.newPage()
+      const response = await refused.goto(url)
+      assert.strictEqual(response?.status(), 401)
+      assert.include(await refused.locator("body").innerText(), "Open the URL")
+      const wrong = await refused.goto(`${url}?token=${"0".repeat(64)}`)
+      assert.strictEqual(wrong?.status(), 401)
+    } finally {
+      await stranger.close()
+    }
+  }, 120_000)
 
   it("shows the steps of a run written by another process as they are written, without a reload", async () => {
     const runId = "live-run"
@@ -266,15 +302,15 @@ describe.sequential("polyloop serve in a real browser", () => {
     assert.include(await decided.innerText(), "by Grace")
     assert.include(await decided.innerText(), "not without a ticket")
     assert.strictEqual(await page.locator("#waiting-calls").count(), 0)
-    const recorded = (await (await fetch(new URL("/api/runs/approval-run", url))).json()) as { approvals: ReadonlyArray<{ _tag: string; by?: string }> }
-    assert.deepStrictEqual(recorded.approvals.map((a) => [a._tag, a.by]), [["ApprovalRequested", undefined], ["ApprovalDecided", "Grace"]])
+    const recorded = (await (await fetch(new URL("/api/runs/approval-run", url), { headers: { authorization: `Bearer ${token}` } })).json()) as { approvals: ReadonlyArray<{ _tag: string; by?: string }> }
+    assert.deepStrictEqual(recorded.approvals.map((a) => [a._tag, a.by]), [["ApprovalRequested", undefined], ["ApprovalDecided", `Grace (named on the page; served as ${os.userInfo().username} via polyloop serve)`]])
     assert.deepStrictEqual(pageErrors, [])
     await page.close()
   }, 120_000)
 
   it("links a fork to its parent and a run to its forks", async () => {
     const page = await open(`/?${new URLSearchParams({ run: "hostile-run" })}`)
-    const forkLink = page.locator("#forks a")
+    const forkLink = page.locator("#forks a.fork-run")
     await forkLink.waitFor()
     assert.strictEqual(await forkLink.innerText(), "fork-run")
     assert.include(await page.locator("#forks").innerText(), "from step 2")

@@ -92,6 +92,21 @@ const scenarios = {
       ScriptedModel.toolCall("submit", { answer: "The page holds a script; nothing else." }, { usage })
     ]
   },
+  /**
+   * The hostile agent (same configuration, so a fork of a hostile run continues with it) whose
+   * model replies otherwise from step 1 on: a fork of a hostile run at step 1 run with this
+   * script differs from its parent first at step 1.
+   */
+  hostileAlt: {
+    agent: "support-bot",
+    maxSteps: 6,
+    task: "Find out what the page says, then submit a summary.",
+    script: [
+      ScriptedModel.toolCall("lookup", { topic: "hostile" }, { text: hostileText, usage }),
+      ScriptedModel.toolCall("lookup", { topic: "the page again" }, { text: "Let me read the page once more.", usage: { inputTokens: 70, outputTokens: 12 } }),
+      ScriptedModel.toolCall("submit", { answer: "The page holds a script; nothing else." }, { usage })
+    ]
+  },
   /** BudgetExhausted(Steps): replies that take no action. */
   budget: {
     agent: "researcher",

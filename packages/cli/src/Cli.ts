@@ -10,6 +10,7 @@
 import * as Args from "@effect/cli/Args"
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { RunId } from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -26,6 +27,7 @@ import * as Demo from "./Demo.js"
 import * as Format from "./Format.js"
 import * as Research from "./Research.js"
 import * as ServeDefaults from "./internal/viewer/defaults.js"
+import type * as ServeModule from "./Serve.js"
 import * as Store from "./Store.js"
 import * as Style from "./Style.js"
 import * as Transcript from "./Transcript.js"
@@ -248,9 +250,27 @@ export const serve = Command.make(
       )
     ),
     port: Options.integer("port").pipe(Options.withDefault(ServeDefaults.port), Options.withDescription("the port (0: any free port)")),
+    allowedHost: Options.text("allowed-host").pipe(
+      Options.repeated,
+      Options.withDescription(
+        "a host name (or address) the page may be reached by, besides loopback and the bound address; repeatable (requests naming any other Host are refused)"
+      )
+    ),
     as: Options.text("as").pipe(
       Options.optional,
-      Options.withDescription("who approval decisions made on the page are recorded as made by, when the page names no one (default: <user> via polyloop serve)")
+      Options.withDescription(
+        "who is serving: approval decisions made on the page are recorded under this name, with any name typed on the page recorded as a claim next to it (default: <user> via polyloop serve)"
+      )
+    ),
+    prices: Options.file("prices", { exists: "yes" }).pipe(
+      Options.optional,
+      Options.withDescription(
+        'a JSON price table: { "currency": "USD", "models": { "<model>": { "input": <per million tokens>, "output": <per million tokens> }, "*": { … } } }; the page shows each run\'s cost and the totals'
+      )
+    ),
+    maxStreams: Options.integer("max-streams").pipe(
+      Options.withDefault(ServeDefaults.maxStreams),
+      Options.withDescription("the most live streams (open pages) at once; more are answered 503")
     ),
     interval: Options.integer("interval").pipe(
       Options.withDefault(Duration.toMillis(ServeDefaults.interval)),
@@ -261,27 +281,43 @@ export const serve = Command.make(
     Effect.gen(function*() {
       if (options.port < 0 || options.port > 65535) return yield* new CliError({ message: `--port must be 0 to 65535, not ${options.port}` })
       if (options.interval < 10) return yield* new CliError({ message: `--interval must be 10 ms or more, not ${options.interval}` })
+      if (options.maxStreams < 1) return yield* new CliError({ message: `--max-streams must be 1 or more, not ${options.maxStreams}` })
       // Loaded here, not at start-up: the other subcommands do not pay for the HTTP server.
       const Serve = yield* Effect.promise(() => import("./Serve.js"))
+      let prices: ServeModule.PriceTable | undefined
+      if (Option.isSome(options.prices)) {
+        const fs = yield* FileSystem.FileSystem
+        const text = yield* fs.readFileString(options.prices.value).pipe(
+          Effect.mapError((error) => new CliError({ message: `cannot read the price table: ${error.message}` }))
+        )
+        const decoded = Serve.decodePrices(text)
+        if (typeof decoded === "string") return yield* new CliError({ message: `the price table ${options.prices.value} is not one: ${decoded}` })
+        prices = decoded
+      }
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
         port: options.port,
         interval: Duration.millis(options.interval),
+        allowedHosts: options.allowedHost,
+        maxStreams: options.maxStreams,
+        ...(prices === undefined ? {} : { prices }),
         decider: Option.getOrElse(options.as, () => `${userName()} via polyloop serve`)
       })
       if (!bound.loopback) {
         yield* Console.error(
           `polyloop serve: serving on ${bound.host}, which is not a loopback address (you asked for it with --host): ` +
-            "anyone who can reach it can read the runs (tasks, replies, tool output); there is no authentication"
+            "anyone who can reach it and has the URL below (its token) can read the runs (tasks, replies, tool output) and decide on waiting calls; " +
+            "plain HTTP, so the token crosses the network in clear"
         )
       }
       yield* Console.log(`polyloop viewer on ${bound.url} (store: ${Store.describe(location(options))}); stop it with Ctrl-C`)
+      yield* Console.log("open that URL (it holds this start's token; the page keeps it in a cookie), or send Authorization: Bearer <token> to /api/")
       return yield* Effect.never
     }).pipe(Effect.scoped, Effect.provide(Store.layerExisting(location(options))))
 ).pipe(
   Command.withDescription(
     "Serve a run viewer in the browser: the runs list (filters, pages), each run's transcript updated live as any process writes it, and the JSON API under /api/. " +
-      `Binds ${ServeDefaults.host} unless --host says otherwise.`
+      `Binds ${ServeDefaults.host} unless --host says otherwise; the printed URL holds a secret token made at each start, which every request for data needs.`
   )
 )
 

@@ -12,15 +12,27 @@
  * - `GET /api/runs/<id>/live` and `GET /api/live` — Server-Sent Events fed by polling the store
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
+ * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
+ *   (`groups`), with the plots' histograms and the costs by the price table;
+ * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
+ * - `GET /api/search?q=&page=` — runs whose task, replies or observations hold a text, by the
+ *   store's own query (`RunLogStore.searchRuns`, design 0241), a page at a time (501 for a store
+ *   that cannot search);
  * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
  *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
- *   `Approval.decide`; JSON only, from the viewer's own page: `internal/viewer/decisions.ts`);
- * - errors as `{ "error": { "_tag", "message" } }` with status 400 (bad id or query), 403
- *   (foreign `Host` or `Origin`), 404 (unknown run or path), 409 (a decision refused: already
- *   decided, another action), 415 (not JSON) or 500 (the store failed).
+ *   `Approval.decide`; JSON only, from the viewer's own page, recorded under the server's
+ *   `decider` with the page's name as a claim: `internal/viewer/decisions.ts`);
+ * - errors as `{ "error": { "_tag", "message" } }` with status 400 (bad id, query or body), 401
+ *   (no token), 403 (foreign `Host` or `Origin`), 404 (unknown run or path), 405 (another method;
+ *   `Allow` says which), 409 (a decision refused: already decided, another action), 413 (a body
+ *   over 8 KiB), 415 (not JSON), 500 (the store failed) or 503 (too many live streams).
  *
- * It binds 127.0.0.1 by default and refuses a non-loopback address unless `exposed` is set
- * (the command sets it only for an explicit `--host`). Design: docs/design/0190-viewer.md.
+ * Every request must name an allowed host (loopback, the bound address, `allowedHosts`), and
+ * every request for data must carry the start's token: the page's URL holds it once, and the
+ * server keeps it in an `HttpOnly; SameSite=Strict` cookie; scripts send
+ * `Authorization: Bearer <token>`. Live streams share one poller per run. It binds 127.0.0.1 by
+ * default and refuses a non-loopback address unless `exposed` is set (the command sets it only
+ * for an explicit `--host`). Design: docs/design/0190-viewer.md, docs/design/0240-viewer-security.md.
  *
  * @since 0.1.0
  */
@@ -40,18 +52,23 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
+import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Http from "node:http"
 import * as Transcript from "./Transcript.js"
 import * as Address from "./internal/viewer/address.js"
+import * as Auth from "./internal/viewer/auth.js"
 import * as Assets from "./internal/viewer/assets.js"
 import * as Decisions from "./internal/viewer/decisions.js"
 import * as Defaults from "./internal/viewer/defaults.js"
 import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
+import * as Prices from "./internal/viewer/prices.js"
+import * as Search from "./internal/viewer/search.js"
+import * as Stats from "./internal/viewer/stats.js"
 
 /** The address `serve` binds by default. */
 export const defaultHost: string = Defaults.host
@@ -64,41 +81,64 @@ export const defaultInterval: Duration.Duration = Defaults.interval
 
 /** Why the server could not start. */
 export class ServeError extends Schema.TaggedError<ServeError>()("ServeError", {
-  reason: Schema.Literal("NonLoopback", "Resolve", "Listen", "Assets"),
+  reason: Schema.Literal("NonLoopback", "Resolve", "Listen", "Assets", "InvalidOption"),
   host: Schema.String,
   port: Schema.Number,
   message: Schema.String
 }) {}
+
+/** A price table for `prices` (`polyloop serve --prices`): per model, per million input and output tokens. */
+export type PriceTable = Prices.PriceTable
+
+/** Reads a price table from JSON text; a string says what is wrong with it. */
+export const decodePrices: (text: string) => PriceTable | string = Prices.decode
+
+/** The most live streams open at once by default (more answer 503). */
+export const defaultMaxStreams: number = Defaults.maxStreams
 
 /** What the app needs to know. */
 export interface AppOptions {
   /** How often live streams poll the store (default 500 ms). */
   readonly interval?: Duration.DurationInput
   /**
-   * Answer only requests whose `Host` header is loopback (or this name): set while bound to
-   * loopback, so a foreign page cannot read the runs through DNS rebinding.
+   * The address (or name) the server is bound to: with the loopback names and addresses and
+   * `allowedHosts`, the hosts a request's `Host` header may name (design 0240). Default 127.0.0.1.
    */
-  readonly loopbackOnly?: { readonly boundName: string }
-  /** Who an approval decision is recorded as made by when the page names no one (default "polyloop serve"). */
+  readonly boundHost?: string
+  /** More hosts a request's `Host` may name (the names an exposed viewer is reached by). */
+  readonly allowedHosts?: ReadonlyArray<string>
+  /** The secret every request for data must carry (cookie or bearer; design 0240). */
+  readonly token: string
+  /** Who is serving: the identity approval decisions are recorded under (default "polyloop serve"). */
   readonly decider?: string
+  /** The most live streams open at once (default 64); more answer 503. */
+  readonly maxStreams?: number
+  /** The price table the page prices tokens with (`--prices`); none: no costs are shown. */
+  readonly prices?: Prices.PriceTable
 }
 
 /** How to serve. */
-export interface Options extends Omit<AppOptions, "loopbackOnly"> {
+export interface Options extends Omit<AppOptions, "boundHost" | "token"> {
   /** The address (or name) to bind; default 127.0.0.1. */
   readonly host?: string
   /** The port; 0 takes any free port; default 7420. */
   readonly port?: number
   /** Allow a non-loopback address (the user asked for it explicitly). Default false. */
   readonly exposed?: boolean
+  /** The secret (default: 256 random bits, new at each start). */
+  readonly token?: string
 }
 
 /** Where the server listens. */
 export interface Bound {
   readonly host: string
   readonly port: number
-  /** The page's URL. */
+  /** The page's URL, with the token: opening it keeps the token in a cookie. */
   readonly url: string
+  /** The server's URL without the token (for API clients, which send `Authorization: Bearer <token>`). */
+  readonly baseUrl: string
+  /** The secret of this start. */
+  readonly token: string
   readonly loopback: boolean
 }
 
@@ -120,7 +160,9 @@ const encodeRecord = Schema.encodeSync(RunLog.RunRecord)
 /** The run id of the path (`/api/runs/<id>…`), or a 400 response. */
 const runIdParam = Effect.flatMap(HttpRouter.params, (params) =>
   decodeRunId(params["runId"]).pipe(
-    Effect.mapError(() => apiError(400, "InvalidRunId", `${JSON.stringify(params["runId"] ?? "")} is not a valid run id (1 to 200 characters)`))
+    Effect.mapError(() =>
+      apiError(400, "InvalidRunId", `${JSON.stringify((params["runId"] ?? "").slice(0, 200))} is not a valid run id (1 to 200 characters)`)
+    )
   ))
 
 const sseResponse = (events: Stream.Stream<string>) =>
@@ -145,18 +187,53 @@ const respondToFailure = <E, R>(
   handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R> => Effect.catchAll(handler, (error) => Effect.succeed(failureResponse(error)))
 
+/** The paths the app answers and the method of each, for 405's `Allow`. */
+const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
+  [/^\/$/, "GET"],
+  [/^\/favicon\.ico$/, "GET"],
+  [/^\/assets\/[^/]+$/, "GET"],
+  [/^\/api\/runs$/, "GET"],
+  [/^\/api\/live$/, "GET"],
+  [/^\/api\/stats$/, "GET"],
+  [/^\/api\/prices$/, "GET"],
+  [/^\/api\/search$/, "GET"],
+  [/^\/api\/runs\/[^/]+$/, "GET"],
+  [/^\/api\/runs\/[^/]+\/(?:live|forks)$/, "GET"],
+  [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
+]
+
+/** The methods a path answers (empty: no such path). */
+const allowedMethods = (pathname: string): ReadonlyArray<string> => routeShapes.filter(([shape]) => shape.test(pathname)).map(([, method]) => method)
+
+/** Paths served without the token: the page's static files (they hold no data). */
+const isPublic = (pathname: string): boolean => pathname === "/favicon.ico" || pathname.startsWith("/assets/")
+
+const unauthorizedPage = [
+  "This polyloop viewer needs the secret of its start.",
+  "",
+  "Open the URL `polyloop serve` printed (http://…/?token=…): the page keeps the token in a cookie of this browser.",
+  ""
+].join("\n")
+
 /**
  * The viewer as an HTTP app over the `RunLogStore` in context: the page's files, the JSON API
- * and the live streams (see the module header). Fails with `ServeError { reason: "Assets" }`
- * when the page's files cannot be read.
+ * and the live streams (see the module header), behind the checks of design 0240 (the `Host`
+ * allowlist, the token, bounded bodies, capped streams). Its live pollers live as long as the
+ * scope. Fails with `ServeError { reason: "Assets" }` when the page's files cannot be read.
  */
 export const app = (
-  options: AppOptions = {}
-): Effect.Effect<HttpApp.Default<never, RunLogStore.RunLogStore>, ServeError, FileSystem.FileSystem> =>
+  options: AppOptions
+): Effect.Effect<HttpApp.Default<never, RunLogStore.RunLogStore | Scope.Scope>, ServeError, FileSystem.FileSystem | RunLogStore.RunLogStore | Scope.Scope> =>
   Effect.gen(function*() {
     const interval = options.interval ?? defaultInterval
     const decider = options.decider ?? "polyloop serve"
+    const maxStreams = options.maxStreams ?? defaultMaxStreams
+    const allowed = Address.allowlist(options.boundHost ?? defaultHost, options.allowedHosts ?? [])
+    const secret = Auth.make(options.token)
     const forks = Forks.make()
+    const statsIndex = yield* Stats.make()
+    const hub = yield* Live.makeHub(interval)
+    const openStreams = yield* Ref.make(0)
     const assets = yield* Assets.load.pipe(
       Effect.mapError((message) => new ServeError({ reason: "Assets", host: "", port: 0, message }))
     )
@@ -164,11 +241,44 @@ export const app = (
       const found = assets.get(urlPath)!
       return HttpServerResponse.text(found.body, { contentType: found.contentType })
     }
+    /** A slot for one more live stream, held for the request's scope, or a 503 response. */
+    const streamSlot = Effect.acquireRelease(
+      Ref.modify(openStreams, (open): readonly [boolean, number] => (open < maxStreams ? [true, open + 1] : [false, open])),
+      (taken) => (taken ? Ref.update(openStreams, (open) => open - 1) : Effect.void)
+    ).pipe(Effect.flatMap((taken) =>
+      taken
+        ? Effect.void
+        : Effect.fail(HttpServerResponse.setHeader(
+          apiError(503, "TooManyStreams", `this viewer holds at most ${maxStreams} live streams open at once; try again later`),
+          "retry-after",
+          "5"
+        ))
+    ))
     const router = HttpRouter.empty.pipe(
-      HttpRouter.get("/", Effect.succeed(asset("/"))),
+      HttpRouter.get("/", Effect.sync(() => asset("/"))),
       HttpRouter.get("/favicon.ico", Effect.succeed(HttpServerResponse.empty({ status: 204 }))),
-      HttpRouter.get("/assets/viewer.css", Effect.succeed(asset("/assets/viewer.css"))),
-      HttpRouter.get("/assets/viewer.js", Effect.succeed(asset("/assets/viewer.js"))),
+      HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
+      HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
+      HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
+      HttpRouter.get(
+        "/api/search",
+        respondToFailure(Effect.gen(function*() {
+          const query = yield* HttpServerRequest.schemaSearchParams(Search.SearchQuery)
+          const store = yield* RunLogStore.RunLogStore
+          if (store.searchRuns === undefined) {
+            return apiError(501, "SearchUnsupported", "this run store cannot search (it has no searchRuns): see design 0241")
+          }
+          return HttpServerResponse.unsafeJson(yield* Search.page(store.searchRuns, query))
+        }))
+      ),
+      HttpRouter.get("/api/prices", Effect.sync(() => HttpServerResponse.unsafeJson({ prices: options.prices ?? null }))),
+      HttpRouter.get(
+        "/api/stats",
+        respondToFailure(Effect.gen(function*() {
+          const query = yield* HttpServerRequest.schemaSearchParams(Stats.StatsQuery)
+          return HttpServerResponse.unsafeJson(yield* statsIndex.document(query, options.prices))
+        }))
+      ),
       HttpRouter.get(
         "/api/runs",
         respondToFailure(Effect.gen(function*() {
@@ -194,15 +304,18 @@ export const app = (
         "/api/runs/:runId/live",
         respondToFailure(Effect.gen(function*() {
           const runId = yield* runIdParam
-          const context = yield* Effect.context<RunLogStore.RunLogStore>()
-          return sseResponse(Stream.provideContext(Live.run(runId, interval), context))
+          yield* streamSlot
+          return sseResponse(hub.run(runId))
         }))
       ),
       HttpRouter.get(
         "/api/runs/:runId/forks",
         respondToFailure(Effect.gen(function*() {
           const runId = yield* runIdParam
-          return HttpServerResponse.unsafeJson({ forks: yield* forks.forksOf(runId) })
+          return Option.match(yield* forks.forksOf(runId), {
+            onNone: () => apiError(404, "RunNotFound", `no run with id ${JSON.stringify(runId)} in the store`),
+            onSome: (found) => HttpServerResponse.unsafeJson({ forks: found })
+          })
         }))
       ),
       HttpRouter.post(
@@ -210,19 +323,28 @@ export const app = (
         respondToFailure(Effect.gen(function*() {
           const runId = yield* runIdParam
           const request = yield* HttpServerRequest.HttpServerRequest
-          const refused = Decisions.refusal(request.headers)
-          if (refused !== undefined) return apiError(refused.status, "Refused", refused.message)
-          const body = yield* HttpServerRequest.schemaBodyJson(Decisions.DecisionBody).pipe(
+          const refused = Decisions.refusal(request.headers, allowed)
+          if (refused !== undefined) return apiError(refused.status, refused.tag, refused.message)
+          const text = yield* request.text.pipe(
+            HttpServerRequest.withMaxBodySize(Option.some(Decisions.maxBodyBytes)),
             Effect.mapError((error) =>
-              ParseResult.isParseError(error) ? error : apiError(400, "InvalidBody", `the body is not JSON: ${error.message}`)
+              error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
+                ? apiError(413, "TooLarge", `a decision's body is at most ${Decisions.maxBodyBytes} bytes`)
+                : apiError(400, "InvalidBody", "the body could not be read")
             )
           )
-          const by = body.by?.trim() ?? ""
+          const json = yield* Effect.try({
+            try: (): unknown => JSON.parse(text),
+            catch: () => apiError(400, "InvalidBody", "the body is not JSON")
+          })
+          const body = yield* Schema.decodeUnknown(Decisions.DecisionBody, { onExcessProperty: "error" })(json).pipe(
+            Effect.mapError((error) => apiError(400, "InvalidBody", Decisions.describeIssues(error)))
+          )
           const record = yield* Approval.decide({
             runId,
             callId: body.callId,
             decision: body.decision === "Approve" ? Approval.approve : Approval.reject(body.reason ?? ""),
-            by: by === "" ? decider : by,
+            by: Decisions.recordedBy(body.by, decider),
             actionHash: body.actionHash
           }).pipe(
             Effect.mapError((error) =>
@@ -238,30 +360,62 @@ export const app = (
       ),
       HttpRouter.get(
         "/api/live",
-        Effect.map(Effect.context<RunLogStore.RunLogStore>(), (context) => sseResponse(Stream.provideContext(Live.runs(interval), context)))
+        respondToFailure(Effect.gen(function*() {
+          yield* streamSlot
+          return sseResponse(hub.runs)
+        }))
       )
     )
     // A run id is up to 200 characters, each up to 12 when escaped in the path (find-my-way's
     // default limit of 100 would make long ids unroutable).
     const httpApp = yield* HttpRouter.toHttpApp(router).pipe(HttpRouter.withRouterConfig({ maxParamLength: 4096 }))
-    const routed = Effect.catchTag(httpApp, "RouteNotFound", (error) =>
-      Effect.succeed(
-        error.request.url.startsWith("/api/")
-          ? apiError(404, "NotFound", `no API endpoint ${error.request.method} ${error.request.url.split("?")[0]}`)
+    const routed = Effect.catchTag(httpApp, "RouteNotFound", (error) => {
+      const pathname = error.request.url.split("?")[0]!
+      const methods = allowedMethods(pathname)
+      if (methods.length > 0) {
+        return Effect.succeed(HttpServerResponse.setHeader(
+          apiError(405, "MethodNotAllowed", `${pathname.slice(0, 300)} answers ${methods.join(", ")}, not ${error.request.method}`),
+          "allow",
+          methods.join(", ")
+        ))
+      }
+      return Effect.succeed(
+        pathname.startsWith("/api/")
+          ? apiError(404, "NotFound", `no API endpoint ${error.request.method} ${pathname.slice(0, 300)}`)
           : HttpServerResponse.text("Not found", { status: 404 })
-      ))
-    const loopbackOnly = options.loopbackOnly
-    return Effect.gen(function*() {
+      )
+    })
+    const checked = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
-      if (loopbackOnly !== undefined && !Address.isLoopbackHostHeader(request.headers["host"], loopbackOnly.boundName)) {
-        return HttpServerResponse.setHeaders(
-          apiError(403, "ForeignHost", `this viewer only answers requests for a loopback host, not ${JSON.stringify(request.headers["host"] ?? "")}`),
-          securityHeaders
+      const host = request.headers["host"]
+      if (!Address.isAllowedHostHeader(host, allowed)) {
+        return apiError(
+          403,
+          "ForeignHost",
+          `this viewer answers requests for its own hosts only (loopback, the address it is bound to, --allowed-host), not ${JSON.stringify((host ?? "").slice(0, 200))}`
         )
       }
-      const response = yield* routed
-      return HttpServerResponse.setHeaders(response, securityHeaders)
+      const url = new URL(request.url, "http://viewer.invalid")
+      if (isPublic(url.pathname)) return yield* routed
+      const offered = url.searchParams.get("token")
+      if (url.pathname === "/" && request.method === "GET" && offered !== null) {
+        if (!secret.matches(offered)) return HttpServerResponse.text(unauthorizedPage, { status: 401 })
+        url.searchParams.delete("token")
+        const rest = url.searchParams.size > 0 ? `/?${url.searchParams}` : "/"
+        return HttpServerResponse.empty({ status: 303, headers: { location: rest, "set-cookie": secret.setCookie } })
+      }
+      if (!secret.accepts(request.headers)) {
+        return url.pathname.startsWith("/api/")
+          ? apiError(401, "Unauthorized", "this viewer needs its token: the cookie set by the URL `polyloop serve` printed, or Authorization: Bearer <token>")
+          : HttpServerResponse.text(unauthorizedPage, { status: 401 })
+      }
+      if (url.pathname.startsWith("/api/")) {
+        const site = Decisions.siteRefusal(request.headers)
+        if (site !== undefined) return apiError(site.status, site.tag, site.message)
+      }
+      return yield* routed
     })
+    return Effect.map(checked, (response) => HttpServerResponse.setHeaders(response, securityHeaders))
   })
 
 /** Refuses a non-loopback host unless `exposed`; tells whether the host is loopback. */
@@ -276,8 +430,8 @@ export const checkHost = (host: string, port: number, exposed: boolean): Effect.
           reason: "NonLoopback",
           host,
           port,
-          message: `refusing to serve on ${host} (${addresses.join(", ")}): it is not a loopback address, so anyone who can reach it could read ` +
-            `the runs (tasks, replies, tool output) with no authentication; pass --host ${host} explicitly to serve there anyway`
+          message: `refusing to serve on ${host} (${addresses.join(", ")}): it is not a loopback address, so anyone who can reach it could try ` +
+            `to read the runs (tasks, replies, tool output), with only the token between them and the runs; pass --host ${host} explicitly to serve there anyway`
         })
       )
     })
@@ -293,10 +447,20 @@ export const serve = (options: Options = {}): Effect.Effect<Bound, ServeError, R
     const host = options.host ?? defaultHost
     const port = options.port ?? defaultPort
     const loopback = yield* checkHost(host, port, options.exposed ?? false)
+    for (const allowedHost of options.allowedHosts ?? []) {
+      if (Address.normaliseHost(allowedHost) === undefined) {
+        return yield* new ServeError({ reason: "InvalidOption", host, port, message: `--allowed-host ${JSON.stringify(allowedHost)} is not a host name or address` })
+      }
+    }
+    const token = options.token ?? (yield* Auth.generate)
     const viewer = yield* app({
       ...(options.interval === undefined ? {} : { interval: options.interval }),
       ...(options.decider === undefined ? {} : { decider: options.decider }),
-      ...(loopback ? { loopbackOnly: { boundName: host } } : {})
+      ...(options.allowedHosts === undefined ? {} : { allowedHosts: options.allowedHosts }),
+      ...(options.maxStreams === undefined ? {} : { maxStreams: options.maxStreams }),
+      ...(options.prices === undefined ? {} : { prices: options.prices }),
+      boundHost: host,
+      token
     })
     const nodeServer = Http.createServer()
     const server: HttpServer.HttpServer = yield* NodeHttpServer.make(() => nodeServer, { host, port }).pipe(
@@ -314,8 +478,10 @@ export const serve = (options: Options = {}): Effect.Effect<Bound, ServeError, R
     yield* server.serve(viewer)
     const address = server.address
     const boundPort = address._tag === "TcpAddress" ? address.port : port
-    const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host
-    return { host, port: boundPort, url: `http://${urlHost}:${boundPort}/`, loopback }
+    const bare = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
+    const urlHost = bare.includes(":") ? `[${bare}]` : bare
+    const baseUrl = `http://${urlHost}:${boundPort}/`
+    return { host, port: boundPort, url: `${baseUrl}?${new URLSearchParams({ token })}`, baseUrl, token, loopback }
   })
 
 /** The viewer as a layer: serves for the life of the layer. */

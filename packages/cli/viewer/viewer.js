@@ -1,7 +1,8 @@
 // polyloop run viewer: the page of `polyloop serve` (plain JavaScript, no build step).
 //
 // `/` is the runs list (filters and page in the query string), `/?run=<id>` one run's
-// transcript. Data comes from the JSON API under /api/ and live updates from Server-Sent Events
+// transcript and timeline, `/?view=stats` the statistics plots, `/?compare=<a>&with=<b>` two runs
+// side by side, aligned by step. Data comes from the JSON API under /api/ and live updates from Server-Sent Events
 // (/api/live for the list, /api/runs/<id>/live for a run).
 //
 // Everything shown comes from model replies and tool output, which are untrusted: every element
@@ -101,6 +102,22 @@ const setConnection = (text, live) => {
   connection.textContent = text
   connection.classList.toggle("live", live)
 }
+
+/** The server's price table (`--prices`), fetched once; null when it has none. */
+let pricesLoaded = null
+const prices = () => {
+  if (pricesLoaded === null) pricesLoaded = getJson("/api/prices").then((body) => body.prices).catch(() => null)
+  return pricesLoaded
+}
+
+/** What tokens cost for a model under the table (undefined: neither the model nor `*` is priced). */
+const costOf = (table, model, input, output) => {
+  const price = (model ? table.models[model] : undefined) ?? table.models["*"]
+  return price === undefined ? undefined : (input * price.input + output * price.output) / 1000000
+}
+
+/** An amount of money, to a precision that shows small runs' costs. */
+const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amount.toFixed(4)} ${currency}`
 
 // -----------------------------------------------------------------------------
 // runs list
@@ -420,12 +437,18 @@ const renderSnapshot = (transcript) => {
 /** Who decides, remembered by the browser (the server records its own default when empty). */
 const deciderKey = "polyloop.decider"
 
+/** What was typed in the decision inputs, kept while the page renders again (live updates). */
+const typed = { by: undefined, reasons: new Map() }
+
 /** The calls waiting for a decision, each with Approve / Reject (POST /api/runs/<id>/decisions). */
 const renderWaiting = (transcript) => {
-  const by = el("input", { type: "text", name: "by", placeholder: "your name (default: the server's user)", value: localStorage.getItem(deciderKey) ?? "" })
+  // The page renders again with each live update: what was typed is kept across renders.
+  const by = el("input", { type: "text", name: "by", placeholder: "your name (recorded as you claim it, next to the server's user)", value: typed.by ?? localStorage.getItem(deciderKey) ?? "" })
+  by.addEventListener("input", () => (typed.by = by.value))
   by.addEventListener("change", () => localStorage.setItem(deciderKey, by.value.trim()))
   const calls = transcript.waiting.map((waiting) => {
-    const reason = el("input", { type: "text", name: "reason", placeholder: "why not (told to the model)" })
+    const reason = el("input", { type: "text", name: "reason", placeholder: "why not (told to the model)", value: typed.reasons.get(waiting.callId) ?? "" })
+    reason.addEventListener("input", () => typed.reasons.set(waiting.callId, reason.value))
     const approve = el("button", { type: "button", class: "approve" }, "Approve")
     const reject = el("button", { type: "button", class: "reject" }, "Reject")
     const outcome = el("span", { class: "note outcome", role: "status" })
@@ -471,7 +494,7 @@ const renderWaiting = (transcript) => {
   )
 }
 
-const renderHeader = (transcript, live) => {
+const renderHeader = (transcript, live, table) => {
   const summary = transcript.summary
   const reason = summary.stopReason
   const facts = [
@@ -488,11 +511,41 @@ const renderHeader = (transcript, live) => {
         "span",
         { id: "forked-from" },
         el("a", { href: runHref(from.runId) }, from.runId),
-        ` at step ${from.step}`,
+        ` at step ${from.step} `,
+        el("a", { href: compareHref(from.runId, transcript.runId), id: "compare-parent", class: "note" }, "compare with the parent"),
         el("span", { class: "note" }, from.differences.length === 0 ? "same configuration" : `${from.differences.length} difference(s) in the snapshot: ${from.differences.map((d) => d.path).join(", ")}`)
       )
     ])
   }
+  if (table) {
+    const model = transcript.snapshot?.agent?.modelSettings?.model
+    const input = transcript.steps.reduce((sum, step) => sum + (step.tokens?.input ?? 0), 0)
+    const output = transcript.steps.reduce((sum, step) => sum + (step.tokens?.output ?? 0), 0)
+    const amount = costOf(table, model, input, output)
+    facts.push([
+      "cost",
+      el(
+        "span",
+        { id: "run-cost", "data-cost": amount ?? "" },
+        amount === undefined ? `not priced: the price table names neither ${model ? JSON.stringify(model) : "an unnamed model"} nor *` : money(amount, table.currency),
+        el("span", { class: "note" }, `${input} input and ${output} output tokens${model ? ` of ${model}` : ""}`)
+      )
+    ])
+  }
+  const compareForm = el(
+    "form",
+    { id: "compare-form", class: "inline-form" },
+    el("input", { type: "text", name: "with", placeholder: "another run's id (a replay, another epoch…)", maxlength: "200", required: true, "aria-label": "run to compare with" }),
+    el("button", { type: "submit" }, "compare")
+  )
+  compareForm.addEventListener("submit", (event) => {
+    event.preventDefault()
+    const other = new FormData(compareForm).get("with")
+    if (typeof other !== "string" || other.trim() === "") return
+    history.pushState(null, "", compareHref(transcript.runId, other.trim()))
+    route()
+  })
+  facts.push(["compare with", compareForm])
   if (transcript.resumes.length > 0) facts.push(["resumes", el("span", {}, `${transcript.resumes.length}× (at step ${transcript.resumes.map((r) => r.fromStep).join(", ")})`)])
   if (reason) facts.push(["stop reason", el("span", { class: `badge ${stopReasonClass(reason)}`, id: "stop-reason" }, stopReasonLabel(reason))])
   if (reason && reason._tag === "Completed" && typeof reason.answer === "string") facts.push(["answer", pre(reason.answer)])
@@ -519,7 +572,7 @@ const renderHeader = (transcript, live) => {
 }
 
 /** Renders a transcript into the page, replacing only the steps that changed (open details stay open). */
-const makeRunView = () => {
+const makeRunView = (priceTable) => {
   const header = el("div", {})
   const snapshotSlot = el("div", {})
   const steps = el("div", { id: "steps" })
@@ -528,7 +581,9 @@ const makeRunView = () => {
   let snapshotHash = null
   let lastChange = null
   const forksSlot = el("div", { id: "forks" })
-  main.replaceChildren(header, snapshotSlot, forksSlot, el("h2", {}, "Steps"), steps, footer)
+  const timelineSlot = el("div", {})
+  let timelineKey = null
+  main.replaceChildren(header, timelineSlot, snapshotSlot, forksSlot, el("h2", {}, "Steps"), steps, footer)
   let forksShown = null
   const showForks = async (runId) => {
     try {
@@ -550,8 +605,10 @@ const makeRunView = () => {
                 el(
                   "li",
                   {},
-                  el("a", { href: runHref(fork.runId) }, fork.runId),
+                  el("a", { href: runHref(fork.runId), class: "fork-run" }, fork.runId),
                   ` from step ${fork.step} `,
+                  el("a", { href: compareHref(runId, fork.runId), class: "note compare-fork" }, "compare"),
+                  " ",
                   statusBadge(fork.status),
                   fork.stopReasonLabel ? el("span", { class: "note" }, fork.stopReasonLabel) : null,
                   el("span", { class: "note" }, fork.differences === 0 ? "same configuration" : `${fork.differences} snapshot difference(s)`)
@@ -573,10 +630,15 @@ const makeRunView = () => {
       const finished = transcript.finished !== null
       const live = finished ? null : lastChange === null ? "no new writes since this page opened" : `live · last write seen ${lastChange.toLocaleTimeString()}`
       document.title = `${transcript.runId} · polyloop`
-      const head = renderHeader(transcript, live)
+      const head = renderHeader(transcript, live, priceTable)
       header.replaceChildren(head)
       sizeBars(head, transcript)
       void showForks(transcript.runId)
+      const nextTimelineKey = JSON.stringify([transcript.steps.map((s) => [s.step, s.completion?.elapsed, s.settledOnResume]), transcript.resumes])
+      if (nextTimelineKey !== timelineKey) {
+        timelineKey = nextTimelineKey
+        timelineSlot.replaceChildren(renderTimeline(transcript))
+      }
       if (snapshotHash !== transcript.snapshotHash) {
         snapshotHash = transcript.snapshotHash
         snapshotSlot.replaceChildren(renderSnapshot(transcript))
@@ -615,7 +677,7 @@ const makeRunView = () => {
 const runPage = async (runId) => {
   document.title = `${runId} · polyloop`
   closeLive()
-  const view = makeRunView()
+  const view = makeRunView(await prices())
   let shown = false
   try {
     view.render(await getJson(`/api/runs/${encodeURIComponent(runId)}`), false)
@@ -632,7 +694,8 @@ const runPage = async (runId) => {
     const transcript = JSON.parse(event.data)
     // The first document repeats what the page already shows (unless the run had not started).
     const changed = lastId === null ? !shown : lastId !== event.lastEventId
-    view.render(transcript, changed)
+    // The first document of a page already shown repeats it: not rendered again (what is typed keeps its focus).
+    if (changed) view.render(transcript, changed)
     shown = true
     lastId = event.lastEventId
     if (transcript.finished !== null) {
@@ -651,13 +714,500 @@ const runPage = async (runId) => {
 }
 
 // -----------------------------------------------------------------------------
+// charts (Chart.js, served from /assets/chart.umd.min.js: no network at view time)
+// -----------------------------------------------------------------------------
+//
+// Chart.js draws on a canvas: labels and tooltips from a run (agent names, stop reasons) are
+// drawn as text, never parsed as markup. Each chart is followed by a table of the same numbers
+// (the text rendering of the picture, and what the tests read).
+
+const palette = ["#1f5fbf", "#1a7f37", "#d9a400", "#b42318", "#6e3bbf", "#0f8a8a", "#c2410c", "#64748b", "#be185d", "#4d7c0f"]
+const colorOf = (index) => palette[index % palette.length]
+
+/** The charts on the page, destroyed when the page changes. */
+const charts = new Map()
+
+const destroyCharts = () => {
+  for (const chart of charts.values()) chart.destroy()
+  charts.clear()
+}
+
+/** A chart in a box of the stylesheet's height; `id` names its canvas (the tests find it so). */
+const chartBox = (id, config, tall) => {
+  const canvas = el("canvas", { id, role: "img", "aria-label": config.label ?? id })
+  const box = el("div", { class: tall ? "chart-box tall" : "chart-box" }, canvas)
+  if (typeof window.Chart !== "function") {
+    box.replaceChildren(el("p", { class: "muted" }, "The charting library did not load; the numbers are in the table below."))
+    return box
+  }
+  // Drawn once the canvas is in the document (Chart.js measures its box).
+  queueMicrotask(() => {
+    charts.get(id)?.destroy()
+    charts.set(id, new window.Chart(canvas, {
+      type: config.type,
+      data: config.data,
+      options: { animation: false, responsive: true, maintainAspectRatio: false, ...config.options }
+    }))
+  })
+  return box
+}
+
+/** A table of numbers (the chart's data as text). */
+const dataTable = (id, head, rows) =>
+  el(
+    "table",
+    { class: "plain", id },
+    el("thead", {}, el("tr", {}, head.map(([text, num]) => el("th", { class: num ? "num" : undefined }, text)))),
+    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map(([text, num, attrs]) => el("td", { class: num ? "num" : undefined, ...(attrs ?? {}) }, text)))))
+  )
+
+// -----------------------------------------------------------------------------
+// a run's timeline
+// -----------------------------------------------------------------------------
+
+/** The timeline's rows: each completed step with its start on the run's step clock, its duration, tokens and marks. */
+const timelineRows = (transcript) => {
+  let clock = 0
+  const resumedAt = new Set(transcript.resumes.map((r) => r.fromStep))
+  return transcript.steps.filter((step) => step.completion).map((step) => {
+    const start = clock
+    clock += step.completion.elapsed
+    const results = resultsOf(step)
+    const worst = ["EnvError", "NotExecuted", "Executed"].find((status) => results.some((r) => r.outcome.status === status)) ?? "NoAction"
+    const marks = []
+    if (resumedAt.has(step.step)) marks.push("resumed here")
+    if (step.settledOnResume) marks.push("retried on resume")
+    return {
+      step: step.step,
+      start,
+      elapsed: step.completion.elapsed,
+      input: step.tokens?.input ?? 0,
+      output: step.tokens?.output ?? 0,
+      status: worst,
+      marks
+    }
+  })
+}
+
+const statusColors = { Executed: "#1a7f37", NotExecuted: "#d9a400", EnvError: "#b42318", NoAction: "#1f5fbf" }
+
+const renderTimeline = (transcript) => {
+  const rows = timelineRows(transcript)
+  if (rows.length === 0) return el("div", { class: "panel", id: "timeline" }, el("h2", {}, "Timeline"), el("p", { class: "muted" }, "No step has completed yet."))
+  const labels = rows.map((r) => `step ${r.step}${r.marks.length > 0 ? " ↻" : ""}`)
+  const statuses = ["Executed", "NotExecuted", "EnvError", "NoAction"].filter((status) => rows.some((r) => r.status === status))
+  const timeline = chartBox("chart-timeline", {
+    label: "each step as a bar of its duration on the run's step clock",
+    type: "bar",
+    data: {
+      labels,
+      datasets: statuses.map((status) => ({
+        label: status === "NoAction" ? "no action" : status,
+        data: rows.map((r) => (r.status === status ? [r.start, r.start + r.elapsed] : null)),
+        backgroundColor: statusColors[status],
+        borderColor: rows.map((r) => (r.marks.length > 0 ? "#6e3bbf" : statusColors[status])),
+        borderWidth: rows.map((r) => (r.marks.length > 0 ? 3 : 0)),
+        grouped: false
+      }))
+    },
+    options: {
+      indexAxis: "y",
+      scales: { x: { title: { display: true, text: "step time (ms; time spent crashed does not count)" }, beginAtZero: true } },
+      plugins: {
+        tooltip: {
+          callbacks: {
+            label: (item) => {
+              const r = rows[item.dataIndex]
+              return `${duration(r.elapsed)} · ${r.input + r.output} tokens${r.marks.length > 0 ? ` · ${r.marks.join(", ")}` : ""}`
+            }
+          }
+        }
+      }
+    }
+  }, rows.length > 8)
+  const tokens = chartBox("chart-step-tokens", {
+    label: "tokens per step, input and output",
+    type: "bar",
+    data: {
+      labels,
+      datasets: [
+        { label: "input tokens", data: rows.map((r) => r.input), backgroundColor: "#1f5fbf" },
+        { label: "output tokens", data: rows.map((r) => r.output), backgroundColor: "#0f8a8a" }
+      ]
+    },
+    options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "tokens" } } } }
+  })
+  const table = dataTable(
+    "timeline-table",
+    [["step"], ["starts at", true], ["duration", true], ["input tokens", true], ["output tokens", true], ["status"], ["marks"]],
+    rows.map((r) => [
+      [String(r.step), false, { "data-step": r.step }],
+      [duration(r.start), true],
+      [duration(r.elapsed), true, { "data-elapsed": r.elapsed }],
+      [String(r.input), true],
+      [String(r.output), true],
+      [r.status],
+      [r.marks.join(", "), false, { "data-marks": r.marks.join(",") }]
+    ])
+  )
+  return el(
+    "div",
+    { class: "panel", id: "timeline" },
+    el("h2", {}, "Timeline"),
+    el(
+      "p",
+      { class: "muted" },
+      "Each completed step as a bar of its duration, coloured by what its actions did; steps where the run was resumed, or whose action was settled again on a resume, are outlined and marked ↻. " +
+        "The log records each step's duration, not how it divides between the model and the tools, so no split is drawn."
+    ),
+    el("div", { class: "charts" }, el("div", {}, timeline), el("div", {}, tokens)),
+    el("details", { class: "data" }, el("summary", {}, "the numbers"), table)
+  )
+}
+
+// -----------------------------------------------------------------------------
+// statistics
+// -----------------------------------------------------------------------------
+
+const groupLabel = (group) => `${group.agent} · ${group.snapshotHash.slice(0, 8)}`
+
+const statsParams = () => {
+  const params = new URLSearchParams(location.search)
+  const keep = new URLSearchParams()
+  for (const name of ["agent", "snapshot"]) {
+    const value = params.get(name)
+    if (value) keep.set(name, value)
+  }
+  return keep
+}
+
+const statsPage = async () => {
+  document.title = "statistics · polyloop"
+  closeLive()
+  const params = statsParams()
+  let data
+  try {
+    data = await getJson(`/api/stats?${params}`)
+    showProblem(null)
+  } catch (error) {
+    showProblem(`cannot compute the statistics: ${error.message}`)
+    return
+  }
+  const { groups, finished, histograms, cost, agents } = data
+  const currency = cost?.currency ?? null
+  const costs = cost?.groups ?? []
+  const totalCost = cost?.total ?? 0
+  const unpriced = cost?.unpriced ?? 0
+  const filter = el(
+    "form",
+    { class: "filters", id: "stats-filters" },
+    select("agent", "Agent", params.get("agent") ?? "", agents.map((a) => [a, a])),
+    el("span", { class: "muted", id: "stats-count" }, `${finished} finished run${finished === 1 ? "" : "s"} in ${groups.length} configuration${groups.length === 1 ? "" : "s"}`)
+  )
+  filter.addEventListener("change", (event) => {
+    const next = statsParams()
+    if (event.target.value) next.set(event.target.name, event.target.value)
+    else next.delete(event.target.name)
+    next.set("view", "stats")
+    history.pushState(null, "", `/?${next}`)
+    route()
+  })
+  const reasons = [...new Set(groups.flatMap((g) => Object.keys(g.stopReasons)))].sort()
+  const stopChart = chartBox("chart-stop-reasons", {
+    label: "stop reasons per agent and snapshot (stacked)",
+    type: "bar",
+    data: {
+      labels: groups.map(groupLabel),
+      datasets: reasons.map((reason, i) => ({ label: reason, data: groups.map((g) => g.stopReasons[reason] ?? 0), backgroundColor: colorOf(i) }))
+    },
+    options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } } }
+  }, true)
+  const stepsBins = histograms.steps
+  const tokenBins = histograms.tokens
+  const timeBins = histograms.overTime
+  const histogramChart = (id, label, bins, axis, color) =>
+    chartBox(id, {
+      label,
+      type: "bar",
+      data: { labels: bins.map((b) => b.label), datasets: [{ label: "runs", data: bins.map((b) => b.count), backgroundColor: color, barPercentage: 1, categoryPercentage: 0.95 }] },
+      options: {
+        plugins: { legend: { display: false } },
+        scales: { x: { title: { display: true, text: axis } }, y: { beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } }
+      }
+    })
+  const table = dataTable(
+    "stats-table",
+    [["agent"], ["snapshot"], ["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true], ...(currency ? [[`cost (${currency})`, true]] : [])],
+    groups.map((g, i) => [
+      [g.agent, false, { "data-agent": g.agent }],
+      [g.snapshotHash.slice(0, 12), false, { class: "mono", title: g.snapshotHash }],
+      [String(g.runs), true],
+      [Object.entries(g.stopReasons).map(([k, v]) => `${k} ${v}`).join(", ")],
+      [`${g.steps.median} / ${g.steps.p90} / ${g.steps.max}`, true],
+      [`${g.effectiveSteps.median} / ${g.effectiveSteps.p90} / ${g.effectiveSteps.max}`, true],
+      [`${g.tokens.median} / ${g.tokens.p90} / ${g.tokens.max}`, true],
+      [`${g.resumedRuns} (${g.resumes})`, true],
+      ...(currency ? [[`${costs[i].amount.toFixed(6)}${costs[i].unpriced > 0 ? ` (${costs[i].unpriced} unpriced)` : ""}`, true, { "data-cost": costs[i].amount }]] : [])
+    ])
+  )
+  const costLine = currency
+    ? el("p", { id: "stats-cost", "data-cost": totalCost }, el("strong", {}, "cost "), money(totalCost, currency), unpriced > 0 ? el("span", { class: "note" }, `${unpriced} run(s) of a model the price table does not price`) : null)
+    : el("p", { class: "muted" }, "Start the viewer with --prices <table.json> to see what these tokens cost.")
+  main.replaceChildren(
+    el("h1", {}, "Statistics"),
+    el("p", { class: "muted" }, "Finished runs, as `polyloop stats --json` counts them (the same figures: hover a bar for its number)."),
+    filter,
+    groups.length === 0
+      ? el("p", { class: "muted", id: "stats-empty" }, "No finished runs match.")
+      : el(
+        "div",
+        {},
+        el("div", { class: "panel" }, el("h2", {}, "Stop reasons per agent and snapshot"), stopChart, table, costLine),
+        el(
+          "div",
+          { class: "charts" },
+          el("div", { class: "panel" }, el("h2", {}, "Steps per run"), histogramChart("chart-steps", "steps per run", stepsBins, "steps", "#1f5fbf")),
+          el("div", { class: "panel" }, el("h2", {}, "Tokens per run"), histogramChart("chart-tokens", "tokens per run", tokenBins, "tokens", "#0f8a8a")),
+          el("div", { class: "panel" }, el("h2", {}, "Runs over time"), histogramChart("chart-over-time", "runs started per period (UTC)", timeBins, "started (UTC)", "#6e3bbf"))
+        )
+      )
+  )
+}
+
+// -----------------------------------------------------------------------------
+// compare two runs
+// -----------------------------------------------------------------------------
+
+/** What a step is, for comparing: the reply (text, calls), the actions, their statuses and observations. */
+const stepFacts = (step) => {
+  if (!step) return null
+  const reply = step.reply?.reply
+  return {
+    requestHash: step.reply?.requestHash ?? null,
+    reply: reply ? reply.text : null,
+    calls: reply ? reply.toolCalls.map((c) => `${c.name} ${c.argumentsText}`).join("\n") : null,
+    results: resultsOf(step).map((r) => `${r.outcome.status}: ${r.outcome.observation}`).join("\n"),
+    decision: step.completion?.decision?._tag ?? null
+  }
+}
+
+const sameFacts = (a, b) => JSON.stringify(a) === JSON.stringify(b)
+
+/** A line diff (longest common subsequence) of two texts: rows of [kind, line], kind ctx | del | ins. */
+const lineDiff = (left, right) => {
+  const a = (left ?? "").split("\n")
+  const b = (right ?? "").split("\n")
+  if (a.length * b.length > 250000) return [...a.map((l) => ["del", l]), ...b.map((l) => ["ins", l])]
+  const lcs = Array.from({ length: a.length + 1 }, () => new Array(b.length + 1).fill(0))
+  for (let i = a.length - 1; i >= 0; i--) for (let j = b.length - 1; j >= 0; j--) lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1])
+  const rows = []
+  let i = 0
+  let j = 0
+  while (i < a.length && j < b.length) {
+    if (a[i] === b[j]) {
+      rows.push(["ctx", a[i]])
+      i++
+      j++
+    } else if (lcs[i + 1][j] >= lcs[i][j + 1]) rows.push(["del", a[i++]])
+    else rows.push(["ins", b[j++]])
+  }
+  while (i < a.length) rows.push(["del", a[i++]])
+  while (j < b.length) rows.push(["ins", b[j++]])
+  return rows
+}
+
+const diffBlock = (name, left, right) =>
+  row(
+    name,
+    el("div", { class: "diff", "data-diff": name }, lineDiff(left, right).map(([kind, line]) => el("span", { class: kind }, `${kind === "del" ? "− " : kind === "ins" ? "+ " : "  "}${line}`)))
+  )
+
+const stepSide = (step) => {
+  if (!step) return el("div", { class: "side muted" }, "(no such step)")
+  const facts = stepFacts(step)
+  return el(
+    "div",
+    { class: "side" },
+    facts.reply !== null ? pre(facts.reply, { class: "reply" }) : el("span", { class: "muted" }, "(no reply)"),
+    facts.calls ? pre(facts.calls, { class: "calls" }) : null,
+    facts.results ? pre(facts.results, { class: "observation" }) : null
+  )
+}
+
+const comparePage = async (leftId, rightId) => {
+  document.title = `compare ${leftId} · ${rightId} · polyloop`
+  closeLive()
+  let left
+  let right
+  try {
+    ;[left, right] = await Promise.all([leftId, rightId].map((id) => getJson(`/api/runs/${encodeURIComponent(id)}`)))
+    showProblem(null)
+  } catch (error) {
+    showProblem(`cannot read the runs: ${error.message}`)
+    return
+  }
+  const count = Math.max(left.steps.length, right.steps.length)
+  const byIndex = (transcript, i) => transcript.steps.find((s) => s.step === i)
+  let first = null
+  const rows = []
+  for (let i = 0; i < count; i++) {
+    const a = byIndex(left, i)
+    const b = byIndex(right, i)
+    const same = sameFacts(stepFacts(a), stepFacts(b))
+    if (!same && first === null) first = i
+    rows.push(
+      el(
+        "div",
+        { class: `compare-row ${same ? "same" : first === i ? "differs first-difference" : "differs"}`, "data-step": i, "data-same": same ? "yes" : "no" },
+        el("div", { class: "index" }, `step ${i}`),
+        stepSide(a),
+        stepSide(b)
+      )
+    )
+  }
+  const snapshotNote = left.snapshotHash === right.snapshotHash
+    ? "the same configuration (snapshot hash)"
+    : `different configurations: ${left.snapshotHash.slice(0, 12)} and ${right.snapshotHash.slice(0, 12)}` +
+      (right.forkedFrom && right.forkedFrom.runId === left.runId ? ` (${right.forkedFrom.differences.map((d) => d.path).join(", ")})` : "")
+  let difference
+  if (first === null) difference = el("p", { id: "no-difference" }, `The runs agree on all ${count} steps.`)
+  else {
+    const a = stepFacts(byIndex(left, first))
+    const b = stepFacts(byIndex(right, first))
+    const request = a && b
+      ? a.requestHash !== null && a.requestHash === b.requestHash
+        ? `the model saw the same request at this step (sha256 ${a.requestHash.slice(0, 16)}…), and replied differently`
+        : a.requestHash !== null && b.requestHash !== null
+        ? `the model saw different requests (${a.requestHash.slice(0, 16)}… and ${b.requestHash.slice(0, 16)}…): the steps before are the same, so the difference is in the configuration (${snapshotNote})`
+        : "no request fingerprint recorded for this step"
+      : `only ${a ? leftId : rightId} has this step`
+    difference = el(
+      "div",
+      { class: "panel diff-panel", id: "first-difference", "data-step": first },
+      el("h2", {}, `First difference: step ${first}`),
+      row("request", el("span", { id: "request-note" }, request)),
+      diffBlock("reply", a?.reply, b?.reply),
+      diffBlock("tool calls", a?.calls, b?.calls),
+      diffBlock("observations", a?.results, b?.results)
+    )
+  }
+  main.replaceChildren(
+    el("h1", {}, "compare"),
+    el(
+      "div",
+      { class: "panel" },
+      el(
+        "dl",
+        { class: "facts" },
+        el("dt", {}, "left (−)"), el("dd", {}, el("a", { href: runHref(leftId), id: "compare-left" }, leftId), ` · ${left.steps.length} steps · ${stopReasonLabel(left.finished?.stopReason) ?? "not finished"}`),
+        el("dt", {}, "right (+)"), el("dd", {}, el("a", { href: runHref(rightId), id: "compare-right" }, rightId), ` · ${right.steps.length} steps · ${stopReasonLabel(right.finished?.stopReason) ?? "not finished"}`),
+        el("dt", {}, "configuration"), el("dd", {}, snapshotNote)
+      )
+    ),
+    difference,
+    el("h2", {}, "Steps, aligned"),
+    el("div", { class: "compare-row compare-head" }, el("div", {}), el("div", { class: "muted" }, leftId), el("div", { class: "muted" }, rightId)),
+    el("div", { id: "compare-steps" }, rows)
+  )
+  if (first !== null) document.getElementById("first-difference").scrollIntoView?.({ block: "start" })
+}
+
+// -----------------------------------------------------------------------------
+// search (the store's own query, a page at a time)
+// -----------------------------------------------------------------------------
+
+/** `text` with each case-insensitive occurrence of `wanted` in a <mark> (elements and text nodes only). */
+const marked = (text, wanted) => {
+  const parts = []
+  const lower = text.toLowerCase()
+  const needle = wanted.toLowerCase()
+  let at = 0
+  for (let found = lower.indexOf(needle); needle !== "" && found >= 0; found = lower.indexOf(needle, at)) {
+    if (found > at) parts.push(text.slice(at, found))
+    parts.push(el("mark", {}, text.slice(found, found + needle.length)))
+    at = found + needle.length
+  }
+  parts.push(text.slice(at))
+  return parts
+}
+
+const fieldNames = { task: "task", reply: "reply", observation: "observation" }
+
+const searchPage = async () => {
+  closeLive()
+  const params = new URLSearchParams(location.search)
+  const q = params.get("q") ?? ""
+  const page = Math.max(1, Number(params.get("page") ?? "1") || 1)
+  document.title = `${q} · search · polyloop`
+  const input = document.querySelector('#search input[name="q"]')
+  if (input) input.value = q
+  let data
+  try {
+    data = await getJson(`/api/search?${new URLSearchParams({ q, page: String(page) })}`)
+    showProblem(null)
+  } catch (error) {
+    showProblem(`cannot search: ${error.message}`)
+    main.replaceChildren(el("h1", {}, "Search"))
+    return
+  }
+  const go = (next) => {
+    const query = new URLSearchParams({ view: "search", q })
+    if (next > 1) query.set("page", String(next))
+    history.pushState(null, "", `/?${query}`)
+    route()
+  }
+  const prev = el("button", { type: "button", disabled: data.page <= 1 }, "← previous")
+  const next = el("button", { type: "button", disabled: !data.more }, "next →")
+  prev.addEventListener("click", () => go(data.page - 1))
+  next.addEventListener("click", () => go(data.page + 1))
+  main.replaceChildren(
+    el("h1", {}, "Search ", el("span", { class: "mono" }, q)),
+    el("p", { class: "muted", id: "search-count" }, data.hits.length === 0 ? "Nothing found." : `hits ${(data.page - 1) * data.pageSize + 1}–${(data.page - 1) * data.pageSize + data.hits.length}${data.more ? ", more on the next page" : ""}`),
+    el(
+      "ul",
+      { class: "hits", id: "hits" },
+      data.hits.map((hit) =>
+        el(
+          "li",
+          { "data-run": hit.runId, "data-field": hit.field, "data-step": hit.step ?? "" },
+          el("a", { href: runHref(hit.runId), class: "mono" }, hit.runId),
+          el("span", { class: "badge decision" }, fieldNames[hit.field] ?? hit.field),
+          hit.step === null ? null : el("span", { class: "note" }, `step ${hit.step}`),
+          el("div", { class: "snippet" }, marked(hit.snippet, q))
+        )
+      )
+    ),
+    el("div", { class: "pager" }, prev, el("span", { id: "search-page" }, `page ${data.page}`), next)
+  )
+}
+
+document.getElementById("search")?.addEventListener("submit", (event) => {
+  event.preventDefault()
+  const q = new FormData(event.target).get("q")
+  if (typeof q !== "string" || q.trim() === "") return
+  history.pushState(null, "", `/?${new URLSearchParams({ view: "search", q })}`)
+  route()
+})
+
+const compareHref = (left, right) => `/?${new URLSearchParams({ compare: left, with: right })}`
+
+// -----------------------------------------------------------------------------
 // routing
 // -----------------------------------------------------------------------------
 
 const route = () => {
   showProblem(null)
-  const runId = new URLSearchParams(location.search).get("run")
-  if (runId !== null && runId !== "") void runPage(runId)
+  destroyCharts()
+  const params = new URLSearchParams(location.search)
+  const runId = params.get("run")
+  const view = params.get("view")
+  for (const [id, current] of [["nav-runs", view === null && !params.get("compare")], ["nav-stats", view === "stats"]]) {
+    document.getElementById(id)?.classList.toggle("current", current)
+  }
+  if (params.get("compare") && params.get("with")) void comparePage(params.get("compare"), params.get("with"))
+  else if (view === "stats") void statsPage()
+  else if (view === "search" && params.get("q")) void searchPage()
+  else if (runId !== null && runId !== "") void runPage(runId)
   else void listPage()
 }
 

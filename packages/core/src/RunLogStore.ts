@@ -86,6 +86,55 @@ export interface ListRunsQuery {
   readonly status?: RunStatus
 }
 
+/** A text search over runs (`searchRuns`, design 0241). */
+export interface SearchQuery {
+  /** The text to find (case-insensitive substring), 1 to 200 characters. */
+  readonly text: string
+  /** The most hits to return (1 to 100). */
+  readonly limit: number
+  /** How many hits to skip (paging). */
+  readonly offset: number
+}
+
+/** Which field of a record a search hit is in. */
+export type SearchField = "task" | "reply" | "observation"
+
+/** One record whose task, reply text or observation holds the searched text. */
+export interface SearchHit {
+  readonly runId: string
+  readonly seq: number
+  /** The step of a reply or observation; null for the task. */
+  readonly step: number | null
+  readonly field: SearchField
+  /** At most `snippetLength` characters of the field around the first match. */
+  readonly snippet: string
+}
+
+/** The longest snippet of a search hit. */
+export const snippetLength = 240
+
+/** The field of a record that searches look into, if any. */
+export const searchedText = (record: RunLog.RunRecord): readonly [SearchField, string] | undefined => {
+  switch (record._tag) {
+    case "RunStarted":
+      return ["task", record.task]
+    case "ModelReplied":
+      return ["reply", record.reply.text]
+    case "ActionResulted":
+      return ["observation", record.outcome.observation]
+    default:
+      return undefined
+  }
+}
+
+/** At most `snippetLength` characters of `text` around the first case-insensitive match of `query`. */
+export const snippetOf = (text: string, query: string): string => {
+  if (text.length <= snippetLength) return text
+  const at = Math.max(0, text.toLowerCase().indexOf(query.toLowerCase()))
+  const start = Math.max(0, Math.min(at - Math.floor((snippetLength - query.length) / 2), text.length - snippetLength))
+  return text.slice(start, start + snippetLength)
+}
+
 /** How `readLog` reads. */
 export interface ReadOptions {
   /**
@@ -139,6 +188,12 @@ export declare namespace RunLogStore {
     readonly listRuns: (query?: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
     /** Exclusive ownership of a run for the life of the scope. */
     readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
+    /**
+     * Finds a text in runs' tasks, replies and observations, newest run first, then in log order
+     * (design 0241): run by the store itself (one query in the SQL store), a page at a time.
+     * Stores built by `make` over a backend with `search` have it.
+     */
+    readonly searchRuns?: (query: SearchQuery) => Effect.Effect<ReadonlyArray<SearchHit>, StoreError>
   }
 }
 
@@ -164,6 +219,8 @@ export interface Backend {
   ) => Effect.Effect<void, StoreError | ConcurrentWriter>
   readonly listRuns: (query: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
   readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
+  /** `searchRuns` (design 0241); a backend without a query language may leave it out. */
+  readonly search?: (query: SearchQuery) => Effect.Effect<ReadonlyArray<SearchHit>, StoreError>
 }
 
 const encodeRecordEither = RecordJson.makeEncoder(RunLog.RunRecord)
@@ -364,7 +421,8 @@ export const make = (backend: Backend): RunLogStore.Service => {
     appendRecords: append,
     appendApprovals: (runId, records) => append(runId, records),
     listRuns: (query) => backend.listRuns(query ?? {}),
-    claim: (runId) => backend.claim(runId)
+    claim: (runId) => backend.claim(runId),
+    ...(backend.search === undefined ? {} : { searchRuns: backend.search })
   }
 }
 
@@ -455,7 +513,25 @@ export const makeMemoryBackend = (): Backend => {
         }
         return applyQuery(summaries, query)
       }),
-    claim
+    claim,
+    search: (query) =>
+      Effect.sync(() => {
+        const wanted = query.text.toLowerCase()
+        const order = new Map<string, RunSummary>()
+        for (const values of decoded.values()) {
+          const summary = summarize(RunLog.fromRecords(values))
+          if (Option.isSome(summary)) order.set(summary.value.runId, summary.value)
+        }
+        const hits: Array<SearchHit> = []
+        for (const summary of applyQuery([...order.values()], {})) {
+          for (const record of decoded.get(summary.runId) ?? []) {
+            const found = searchedText(record)
+            if (found === undefined || !found[1].toLowerCase().includes(wanted)) continue
+            hits.push({ runId: summary.runId, seq: record.seq, step: "step" in record ? record.step : null, field: found[0], snippet: snippetOf(found[1], query.text) })
+          }
+        }
+        return hits.slice(query.offset, query.offset + query.limit)
+      })
   }
 }
 

@@ -360,3 +360,23 @@ describe("RunLogStore.encodeRecord on generated arguments", () => {
     { fastCheck: { numRuns: 300 } }
   )
 })
+
+describe("RunLogStore: the memory store's search (design 0241)", () => {
+  it.effect("finds a task and a reply case-insensitively, newest run first, paged, with a snippet around the match", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      assert.isDefined(store.searchRuns)
+      const long = `${"x".repeat(500)}The Needle${"y".repeat(500)}`
+      for (const [id, at] of [["older", 1], ["newer", 2]] as const) {
+        yield* store.start({ ...started, runId: Ids.runId(id), task: `find the needle (${id})`, startedAt: at })
+        yield* store.appendReply(Ids.runId(id), replied(ModelReply.make({ text: long })))
+      }
+      const hits = yield* store.searchRuns!({ text: "NEEDLE", limit: 10, offset: 0 })
+      assert.deepStrictEqual(hits.map((h) => [h.runId, h.field, h.step]), [["newer", "task", null], ["newer", "reply", 0], ["older", "task", null], ["older", "reply", 0]])
+      assert.strictEqual(hits[1]!.snippet.length, RunLogStore.snippetLength)
+      assert.include(hits[1]!.snippet, "The Needle")
+      const second = yield* store.searchRuns!({ text: "needle", limit: 1, offset: 1 })
+      assert.deepStrictEqual(second.map((h) => [h.runId, h.field]), [["newer", "reply"]])
+      assert.deepStrictEqual(yield* store.searchRuns!({ text: "haystack", limit: 10, offset: 0 }), [])
+    }))
+})

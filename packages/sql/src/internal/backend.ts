@@ -20,7 +20,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { ConcurrentWriter, StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
-import type * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
 import type * as Arr from "effect/Array"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -160,5 +160,43 @@ const makeSync = (
       return yield* decodeSummaries(rows, path)
     }).pipe(Effect.withSpan("SqlRunLogStore.listRuns"))
 
-  return { read, append, listRuns, claim: leases.claim }
+  // Search (design 0241): the searched field out of each record's JSON, matched case-insensitively
+  // (`LIKE` is so for ASCII letters on SQLite; `ILIKE` on PostgreSQL), newest run first.
+  const field = sql.onDialectOrElse({
+    pg: () => ({
+      task: "(x.payload::jsonb ->> 'task')",
+      reply: "(x.payload::jsonb -> 'reply' ->> 'text')",
+      observation: "(x.payload::jsonb -> 'outcome' ->> 'observation')",
+      like: "ILIKE"
+    }),
+    orElse: () => ({
+      task: "json_extract(x.payload, '$.task')",
+      reply: "json_extract(x.payload, '$.reply.text')",
+      observation: "json_extract(x.payload, '$.outcome.observation')",
+      like: "LIKE"
+    })
+  })
+  const searched = `CASE x.kind WHEN 'RunStarted' THEN ${field.task} WHEN 'ModelReplied' THEN ${field.reply} ELSE ${field.observation} END`
+  const searchSql = compiled(
+    sql`SELECT x.run_id, x.seq, x.kind, x.step, ${sql.literal(searched)} AS found FROM polyloop_records x JOIN polyloop_runs r ON r.run_id = x.run_id WHERE x.kind IN ('RunStarted', 'ModelReplied', 'ActionResulted') AND ${
+      sql.literal(searched)
+    } ${sql.literal(field.like)} ${""} ESCAPE '!' ORDER BY r.started_at DESC, x.run_id ASC, x.seq ASC LIMIT ${0} OFFSET ${0}`
+  )
+  const kinds: Record<string, RunLogStore.SearchField> = { RunStarted: "task", ModelReplied: "reply", ActionResulted: "observation" }
+  const search: NonNullable<RunLogStore.Backend["search"]> = (wanted) =>
+    query(searchSql, [`%${wanted.text.replace(/[!%_]/g, (c) => `!${c}`)}%`, Math.max(1, Math.floor(wanted.limit)), Math.max(0, Math.floor(wanted.offset))]).pipe(
+      Effect.mapError(failWith("searching the runs")),
+      Effect.map((rows) =>
+        (rows as ReadonlyArray<{ readonly run_id: string; readonly seq: unknown; readonly kind: string; readonly step: unknown; readonly found: unknown }>).map((row) => ({
+          runId: row.run_id,
+          seq: Number(row.seq),
+          step: row.step === null || row.step === undefined || row.kind === "RunStarted" ? null : Number(row.step),
+          field: kinds[row.kind] ?? "observation",
+          snippet: RunLogStore.snippetOf(typeof row.found === "string" ? row.found : "", wanted.text)
+        }))
+      ),
+      Effect.withSpan("SqlRunLogStore.search")
+    )
+
+  return { read, append, listRuns, claim: leases.claim, search }
 }

@@ -1,6 +1,9 @@
 /**
  * The page of `polyloop serve`: plain HTML, CSS and JavaScript files in `packages/cli/viewer/`
- * (no build step), read once when the server starts and served from memory.
+ * (no build step), read once when the server starts and served from memory. The charting
+ * library (Chart.js, MIT) is a copy of the pinned devDependency's UMD build in
+ * `viewer/vendor/` (`npm run vendor-viewer` in packages/cli refreshes it; a test checks it is
+ * the installed version's file): nothing is fetched from the network at view time.
  *
  * @internal
  */
@@ -23,7 +26,8 @@ export type Assets = ReadonlyMap<string, Asset>
 const files: ReadonlyArray<readonly [urlPath: string, file: string, contentType: string]> = [
   ["/", "index.html", "text/html; charset=utf-8"],
   ["/assets/viewer.css", "viewer.css", "text/css; charset=utf-8"],
-  ["/assets/viewer.js", "viewer.js", "text/javascript; charset=utf-8"]
+  ["/assets/viewer.js", "viewer.js", "text/javascript; charset=utf-8"],
+  ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js", "text/javascript; charset=utf-8"]
 ]
 
 /** Reads the page's files; the error is the message of the first that cannot be read. */

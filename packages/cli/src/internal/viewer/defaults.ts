@@ -15,3 +15,6 @@ export const port = 7420
 
 /** How often live streams poll the store by default. */
 export const interval: Duration.Duration = Duration.millis(500)
+
+/** The most live streams open at once by default (more answer 503). */
+export const maxStreams = 64

@@ -25,9 +25,9 @@ export interface ForkRow {
   readonly differences: number
 }
 
-/** The index: `forksOf(runId)` lists the run's forks, oldest first. */
+/** The index: `forksOf(runId)` lists the run's forks, oldest first (none: no such run in the store). */
 export interface Index {
-  readonly forksOf: (runId: RunId) => Effect.Effect<ReadonlyArray<ForkRow>, StoreError, RunLogStore.RunLogStore>
+  readonly forksOf: (runId: RunId) => Effect.Effect<Option.Option<ReadonlyArray<ForkRow>>, StoreError, RunLogStore.RunLogStore>
 }
 
 interface Parent {
@@ -44,6 +44,7 @@ export const make = (): Index => {
       Effect.gen(function*() {
         const store = yield* RunLogStore.RunLogStore
         const all = yield* store.listRuns()
+        if (!all.some((summary) => summary.runId === runId)) return Option.none()
         const unseen = all.filter((summary) => !parents.has(summary.runId))
         yield* Effect.forEach(
           unseen,
@@ -61,7 +62,7 @@ export const make = (): Index => {
             ),
           { concurrency: 4, discard: true }
         )
-        return all
+        return Option.some(all
           .flatMap((summary) => {
             const parent = parents.get(summary.runId)
             if (parent === undefined || parent === null || parent.runId !== runId) return []
@@ -74,7 +75,7 @@ export const make = (): Index => {
               differences: parent.differences
             }]
           })
-          .sort((a, b) => a.startedAt - b.startedAt)
+          .sort((a, b) => a.startedAt - b.startedAt))
       })
   }
 }

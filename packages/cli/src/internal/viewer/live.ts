@@ -12,8 +12,12 @@
  *   `listRuns` changed; the page fetches its page again.
  *
  * Both start with `retry:` (how long a browser waits before reconnecting) and send a comment
- * line every 15 s, so a connection a proxy would drop as idle stays open. When the client goes
- * away the server interrupts the response, which stops the polling.
+ * line every 15 s, so a connection a proxy would drop as idle stays open.
+ *
+ * The polling is shared (design 0240): a `Hub` keeps one poller per run, and one for the list, in
+ * an `RcMap`, alive while a stream of it is open (and `linger` more, so a reconnect does not
+ * restart it). A poller keeps its latest event in a `SubscriptionRef`; each stream reads its
+ * changes, starting from the current one. N pages open on one run cost one log read per interval.
  *
  * @internal
  */
@@ -25,8 +29,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
+import * as RcMap from "effect/RcMap"
 import * as Schedule from "effect/Schedule"
+import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import * as Transcript from "../../Transcript.js"
 import * as RunsList from "./runsList.js"
 
@@ -60,8 +67,8 @@ interface Sent {
   readonly done: boolean
 }
 
-/** The run's live transcript stream (see the module header). */
-export const run = (runId: RunId, interval: Duration.DurationInput): Stream.Stream<string, never, RunLogStore.RunLogStore> =>
+/** What one poller of a run sends, unframed: the events, the last one `done` for a finished run. */
+const pollRun = (runId: RunId, interval: Duration.DurationInput): Stream.Stream<Sent, never, RunLogStore.RunLogStore> =>
   Stream.unwrap(
     Effect.map(RunLogStore.RunLogStore, (store) => {
       const probe: Effect.Effect<Probe> = store.readLog(runId).pipe(
@@ -97,15 +104,13 @@ export const run = (runId: RunId, interval: Duration.DurationInput): Stream.Stre
       return Stream.repeatEffectWithSchedule(probe, Schedule.spaced(interval)).pipe(
         Stream.changesWith((a, b) => probeKey(a) === probeKey(b)),
         Stream.mapEffect(send),
-        Stream.takeUntil((sent) => sent.done),
-        Stream.map((sent) => sent.text),
-        withFraming
+        Stream.takeUntil((sent) => sent.done)
       )
     })
   )
 
-/** The list's change stream (see the module header). */
-export const runs = (interval: Duration.DurationInput): Stream.Stream<string, never, RunLogStore.RunLogStore> =>
+/** What the list's poller sends, unframed (never done). */
+const pollRuns = (interval: Duration.DurationInput): Stream.Stream<Sent, never, RunLogStore.RunLogStore> =>
   Stream.unwrap(
     Effect.map(RunLogStore.RunLogStore, (store) =>
       Stream.repeatEffectWithSchedule(
@@ -117,5 +122,42 @@ export const runs = (interval: Duration.DurationInput): Stream.Stream<string, ne
           }))
         ),
         Schedule.spaced(interval)
-      ).pipe(Stream.changes, withFraming))
+      ).pipe(Stream.changes, Stream.map((text): Sent => ({ text, done: false }))))
   )
+
+/** The shared live streams of one server. */
+export interface Hub {
+  /** The run's live transcript stream (see the module header). */
+  readonly run: (runId: RunId) => Stream.Stream<string>
+  /** The list's change stream. */
+  readonly runs: Stream.Stream<string>
+}
+
+/** How long a poller lives on after its last stream closed. */
+export const linger = Duration.seconds(1)
+
+/** The key of the list's poller (a run id is 1 to 200 characters, never empty). */
+const listKey = ""
+
+/** A hub over the store in context, for the life of the scope (its pollers stop with it). */
+export const makeHub = (interval: Duration.DurationInput): Effect.Effect<Hub, never, RunLogStore.RunLogStore | Scope.Scope> =>
+  Effect.gen(function*() {
+    const pollers = yield* RcMap.make({
+      lookup: (key: string) =>
+        Effect.gen(function*() {
+          const latest = yield* SubscriptionRef.make(Option.none<Sent>())
+          const polled = key === listKey ? pollRuns(interval) : pollRun(key as RunId, interval)
+          yield* Effect.forkScoped(Stream.runForEach(polled, (sent) => SubscriptionRef.set(latest, Option.some(sent))))
+          return latest
+        }),
+      idleTimeToLive: linger
+    })
+    const follow = (key: string): Stream.Stream<string> =>
+      Stream.unwrapScoped(Effect.map(RcMap.get(pollers, key), (latest) =>
+        latest.changes.pipe(
+          Stream.filterMap((sent) => sent),
+          Stream.takeUntil((sent) => sent.done),
+          Stream.map((sent) => sent.text)
+        ))).pipe(withFraming)
+    return { run: (runId) => follow(runId), runs: follow(listKey) }
+  })
