@@ -12,6 +12,11 @@
  * Checks: an approved refund ran at most once (its ledger line at most once) and, when the log
  * says it was executed, exactly once; a rejected or undecided refund never ran; every run
  * finished with the refund's result recorded once.
+ *
+ * Whether a random kill lands before a life ends is a race with the clock, so how many did is
+ * only reported. What the verdict counts on are the pinned rounds: each life there stops at an
+ * event (`approval-agent.ts`'s hold: the run's start durable, the handler started, the side
+ * effect done) and is killed there, every time.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Ids from "@polyloop/core/Ids"
@@ -77,6 +82,64 @@ const killOnce = async (args: ReadonlyArray<string>, random: () => number, at: "
   return { killed: exit.signal === "SIGKILL", lines: child.lines, delay }
 }
 
+/** One life that stops at `point` (`approval-agent.ts`'s hold) and is killed there: a kill defined by an event. */
+const killAtHold = async (args: ReadonlyArray<string>, point: "running" | "executing" | "effected") => {
+  const child = start([...args, point])
+  const held = await new Promise<boolean>((resolve) => {
+    const timer = setInterval(() => {
+      if (child.lines.includes(`holding ${point}`)) {
+        clearInterval(timer)
+        resolve(true)
+      }
+    }, 1)
+    void child.exited.then(() => {
+      clearInterval(timer)
+      resolve(false)
+    })
+  })
+  if (held) child.child.kill("SIGKILL")
+  const exit = await child.exited
+  return { killed: held && exit.signal === "SIGKILL", lines: child.lines }
+}
+
+/**
+ * A round whose kills are pinned to events: killed once its start is durable (undecided), then
+ * decided, then — approved — killed once the refund handler started (`executing`) or once its
+ * side effect is done (`effected`); then run to its end.
+ */
+const pinnedRound = (where: string, dir: string, store: Layer.Layer<RunLogStore.RunLogStore, unknown>, at: "executing" | "effected" | "rejected") =>
+  Effect.gen(function*() {
+    const runId = `approval-pinned-${at}`
+    const ledger = path.join(dir, `ledger-pinned-${at}.txt`)
+    const args = (mode: string) => [where, ledger, runId, mode]
+    const undecided = yield* Effect.promise(() => killAtHold(args("run"), "running"))
+    assert.isTrue(undecided.killed, `${at}: not killed once its start was durable: ${undecided.lines.join(" | ")}`)
+    assert.deepStrictEqual(ledgerLines(ledger), [], "an undecided refund never runs")
+    assert.strictEqual(yield* Effect.promise(() => toEnd(args("run"))), "suspended r1")
+    assert.strictEqual(yield* Effect.promise(() => toEnd(args(at === "rejected" ? "reject" : "approve"))), "decided")
+    if (at !== "rejected") {
+      const life = yield* Effect.promise(() => killAtHold(args("run"), at))
+      assert.isTrue(life.killed, `${at}: not killed at the hold: ${life.lines.join(" | ")}`)
+      assert.strictEqual(ledgerLines(ledger).length, at === "effected" ? 1 : 0, `${at}: the ledger when killed`)
+    }
+    const before = ledgerLines(ledger).length
+    assert.match(yield* Effect.promise(() => toEnd(args("run"))), /^finished /)
+    const lines = ledgerLines(ledger)
+    const log = yield* Effect.provide(Effect.flatMap(RunLogStore.RunLogStore, (s) => s.readLog(Ids.runId(runId), { verify: true })), store)
+    assert.isTrue(Option.isSome(log.finished))
+    assert.strictEqual(log.results.length, 1, "the refund's result is recorded once")
+    const result = log.results[0]!
+    if (at === "rejected") {
+      assert.deepStrictEqual(lines, [], "a rejected refund never runs")
+      assert.match(result.outcome.observation, /rejected by a person.*Reason: not this one/)
+    } else {
+      // The "Never" refund was in flight when its life died: it is not run again.
+      assert.strictEqual(lines.length, before, `${at}: the refund ran again after the kill`)
+      assert.strictEqual(result.outcome.status, "NotExecuted")
+      assert.match(result.outcome.observation, /interrupted and may or may not have taken effect/)
+    }
+  })
+
 const rounds = (where: string, dir: string, store: Layer.Layer<RunLogStore.RunLogStore, unknown>, count: number, seed: number) =>
   Effect.gen(function*() {
     const random = prng(seed)
@@ -133,9 +196,10 @@ describe.sequential("approvals under SIGKILL", () => {
         (d) => Effect.sync(() => fs.rmSync(d, { recursive: true, force: true }))
       )
       const db = path.join(dir, "runs.db")
-      const kills = yield* rounds(`sqlite:${db}`, dir, SqlRunLogStore.layerSqlite({ filename: db }), 4, 16)
-      console.log(`SQLite: ${kills.length} kills: ${kills.join(", ")}`)
-      assert.isAtLeast(kills.length, 10)
+      const store = SqlRunLogStore.layerSqlite({ filename: db })
+      for (const at of ["executing", "effected", "rejected"] as const) yield* pinnedRound(`sqlite:${db}`, dir, store, at)
+      const kills = yield* rounds(`sqlite:${db}`, dir, store, 4, 16)
+      console.log(`SQLite: 5 pinned kills; ${kills.length} random kills landed: ${kills.join(", ")}`)
     }), 1_800_000)
 
   it.scoped("PostgreSQL: the same, on one database shared by the processes", () =>
@@ -145,8 +209,9 @@ describe.sequential("approvals under SIGKILL", () => {
         (d) => Effect.sync(() => fs.rmSync(d, { recursive: true, force: true }))
       )
       const url = yield* freshDatabaseUrl("approval_crash")
-      const kills = yield* rounds(`pg:${url}`, dir, SqlRunLogStore.layerPg({ url: Redacted.make(url) }), 3, 160)
-      console.log(`PostgreSQL: ${kills.length} kills: ${kills.join(", ")}`)
-      assert.isAtLeast(kills.length, 7)
+      const store = SqlRunLogStore.layerPg({ url: Redacted.make(url) })
+      for (const at of ["executing", "effected"] as const) yield* pinnedRound(`pg:${url}`, dir, store, at)
+      const kills = yield* rounds(`pg:${url}`, dir, store, 3, 160)
+      console.log(`PostgreSQL: 4 pinned kills; ${kills.length} random kills landed: ${kills.join(", ")}`)
     }), 1_800_000)
 })

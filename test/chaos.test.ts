@@ -32,8 +32,10 @@ describe.sequential("enumerated crash suite (slice)", () => {
       )
       assert.deepStrictEqual(failures, [])
       assert.isAtLeast(summary.scenarios, 500)
-      assert.isAtLeast(summary.processDeaths, summary.scenarios - summary.unreached, "every scenario killed its first child (but where a timed point was not reached)")
-      assert.isBelow(summary.unreached, summary.scenarios / 10, "timed points are mostly reached")
+      // A life whose crash point is a renewal holds its claim until the renewal came: every
+      // point is reached, however loaded the machine (no count of what a timer managed).
+      assert.strictEqual(summary.unreached, 0, "every timed point is reached")
+      assert.isAtLeast(summary.processDeaths, summary.scenarios, "every scenario killed its first child")
       // Every variant is in the sample, on both stores.
       const variants = new Set(work.map((w) => Chaos.variantId(w.ref.variant)))
       assert.strictEqual(variants.size, refs.length)

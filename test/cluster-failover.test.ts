@@ -20,8 +20,9 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
+import * as fs from "node:fs"
 import { checkExactlyOnce } from "./support/cluster-checks.js"
-import { createExecutionsTable, timings } from "./support/cluster-fixture.js"
+import { createExecutionsTable, holdFileOf, timings } from "./support/cluster-fixture.js"
 import { freshDatabaseUrl } from "./support/pg-database.js"
 import { freePort } from "./support/pg-server.js"
 import { type RunnerProcess, spawnRunner } from "./support/runner-spawn.js"
@@ -45,6 +46,9 @@ const poll = <A, E, R>(what: string, effect: Effect.Effect<A, E, R>, done: (a: A
 const killMidway = (victim: RunnerProcess, finished: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    // Its next side effect then never completes its step: the kill below cuts one, every time.
+    const hold = holdFileOf(victim.child.pid ?? -1)
+    fs.writeFileSync(hold, "")
     yield* poll(
       `${victim.id} to hold runs mid-way`,
       sql<{ done: number | string; inflight: number | string; cut: number | string }>`SELECT
@@ -57,6 +61,7 @@ const killMidway = (victim: RunnerProcess, finished: number) =>
       Duration.seconds(300)
     )
     victim.child.kill("SIGKILL")
+    fs.rmSync(hold, { force: true })
     const killedAt = yield* Clock.currentTimeMillis
     const exit = yield* Effect.promise(() => victim.exited)
     assert.strictEqual(exit.signal, "SIGKILL")

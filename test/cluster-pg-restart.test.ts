@@ -55,7 +55,7 @@ describe.sequential("the cluster across a PostgreSQL restart", () => {
           yield* Effect.forEach(ids, (id, n) => Cluster.submit(id, { n }), { concurrency: 8, discard: true })
 
           // Mid-way: some runs finished, some in flight.
-          yield* poll(
+          const underWay = yield* poll(
             "runs to be under way",
             sql<{ done: number | string; inflight: number | string }>`SELECT
               (SELECT count(*) FROM polyloop_runs WHERE status = 'Finished') AS done,
@@ -64,13 +64,16 @@ describe.sequential("the cluster across a PostgreSQL restart", () => {
             Duration.seconds(300)
           )
           yield* Effect.sync(() => server.restart())
-          const afterRestart = yield* poll(
+          yield* poll(
             "the server to answer again",
             sql<{ done: number | string }>`SELECT count(*) AS done FROM polyloop_runs WHERE status = 'Finished'`,
             () => true,
             Duration.seconds(60)
           )
-          assert.isBelow(Number(afterRestart[0]?.done), RUNS, "every run had finished before the restart")
+          // Read before the restart: how many runs were left once the server answered again
+          // depends on how fast the runners reconnected and finished, not on the restart.
+          assert.isAtLeast(Number(underWay[0]?.inflight), 4, "runs were in flight when the server restarted")
+          assert.isBelow(Number(underWay[0]?.done), RUNS, "runs were left to finish when the server restarted")
 
           yield* poll(
             "every run to finish",

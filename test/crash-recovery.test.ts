@@ -105,8 +105,11 @@ const runArgsToEnd = (args: ReadonlyArray<string>) =>
  * Starts the child again and again, each life killed by SIGKILL at a random moment: most within
  * about a step and a half after its run started or resumed (its record durable), some within
  * three steps after the store was opened (in the resume itself: reading the log, claiming), so
- * each life gets about one step further — until `minKills` kills, or a life finishes. Then the
- * caller runs the child to the end. Returns the kill delays (ms; "r…": after the store opened).
+ * each life gets about one step further — until `minKills` kills. A life that gets to the end of
+ * its run stops there before writing `RunFinished` (`POLYLOOP_CRASH_HOLD`, `crash-agent.ts`) and
+ * is killed there, so every life is killed and the number of kills does not depend on how fast
+ * the lives ran. Then the caller runs the child to the end. Returns the kill delays (ms; "r…":
+ * after the store opened; "…h": the life was holding before its finish).
  */
 const killRepeatedly = (
   args: ReadonlyArray<string>,
@@ -121,7 +124,7 @@ const killRepeatedly = (
     let finishedEarly = false
     while (delays.length < minKills) {
       lives++
-      const child = startAgent(args)
+      const child = startAgent(args, undefined, { POLYLOOP_CRASH_HOLD: "before-finish" })
       const early = random() < 0.2
       const from = early ? await child.ready : await child.running
       const delay = random() * stepMillis * (early ? 3 : 1.6)
@@ -132,7 +135,7 @@ const killRepeatedly = (
         ]))
       const exit = await child.exited
       if (killed && exit.signal === "SIGKILL") {
-        delays.push(`${early ? "r" : ""}${delay.toFixed(1)}`)
+        delays.push(`${early ? "r" : ""}${delay.toFixed(1)}${child.lines.includes("holding before finish") ? "h" : ""}`)
         if (afterKill !== undefined) await afterKill()
         continue
       }
@@ -159,10 +162,10 @@ interface Round<F> {
 /**
  * `killRepeatedly` until `minKills` kills in all, each round's run then run to its end. The kill
  * delays scale with a step's duration measured beforehand; when the machine was busier then than
- * now, the steps are faster than measured, each life gets several steps further, and a run can
- * finish before enough kills (seen on CI: 6 kills where 30 were due). Such a round ends there,
- * and the next round starts a fresh run on new files with the estimate halved — so the kill
- * count does not depend on the machine's load. At most `maxRounds` rounds.
+ * now, the steps are faster than measured and each life gets several steps further. A life that
+ * reaches the end of its run holds there until killed, so one round makes all the kills; a round
+ * whose run finished anyway (it should not) ends there, and the next starts a fresh run on new
+ * files with the estimate halved. At most `maxRounds` rounds.
  */
 const killInRounds = <F>(
   filesOf: (round: number) => F,

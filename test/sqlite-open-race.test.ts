@@ -28,14 +28,16 @@ const driver = createRequire(import.meta.url).resolve("better-sqlite3")
 
 /**
  * Another process holding the brand-new file's RESERVED lock (`BEGIN IMMEDIATE`) for
- * `millis`, as a process in the middle of its own switch to WAL does: a connection that then
- * switches the file to WAL gets `SQLITE_BUSY` at once, whatever its busy timeout.
+ * `millis`, or until `release()` is called, as a process in the middle of its own switch to WAL
+ * does: a connection that then switches the file to WAL gets `SQLITE_BUSY` at once, whatever its
+ * busy timeout.
  */
-const holdLock = (file: string, millis: number) => {
+const holdLock = (file: string, millis: number | "until released") => {
+  const release = `() => { db.exec("COMMIT"); db.close(); process.stdout.write("released\\n") }`
   const code = `const Database = require(process.argv[1]); const db = new Database(process.argv[2]);
 db.exec("BEGIN IMMEDIATE"); process.stdout.write("held\\n");
-setTimeout(() => { db.exec("COMMIT"); db.close(); process.stdout.write("released\\n") }, ${millis})`
-  const child = spawn(process.execPath, ["-e", code, driver, file], { stdio: ["ignore", "pipe", "inherit"] })
+${millis === "until released" ? `process.stdin.once("data", ${release})` : `setTimeout(${release}, ${millis})`}`
+  const child = spawn(process.execPath, ["-e", code, driver, file], { stdio: ["pipe", "pipe", "inherit"] })
   let out = ""
   child.stdout.setEncoding("utf8")
   const held = new Promise<void>((resolve, reject) => {
@@ -46,7 +48,7 @@ setTimeout(() => { db.exec("COMMIT"); db.close(); process.stdout.write("released
     child.on("close", () => reject(new Error(`the lock holder exited early: ${out}`)))
   })
   const exited = new Promise<string>((resolve) => child.on("close", () => resolve(out)))
-  return { held, exited }
+  return { held, exited, release: () => child.stdin.end("release\n") }
 }
 
 interface Outcome {
@@ -121,7 +123,8 @@ describe.sequential("SQLite: opening one brand-new file from many processes at o
     const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "polyloop-open-locked-"))
     try {
       const file = Path.join(dir, "fresh.db")
-      const holder = holdLock(file, 5_000)
+      // Held until the open has given up: a stall of this process cannot outlast the lock.
+      const holder = holdLock(file, "until released")
       await holder.held
       const result = await Effect.runPromise(
         Effect.either(Effect.provide(RunLogStore.RunLogStore, SqlRunLogStore.layerSqlite({ filename: file, busyTimeout: "300 millis" })))
@@ -132,7 +135,8 @@ describe.sequential("SQLite: opening one brand-new file from many processes at o
         assert.strictEqual(result.left.reason, "Unavailable")
         assert.include(result.left.message, "SQLITE_BUSY")
       }
-      await holder.exited
+      holder.release()
+      assert.include(await holder.exited, "released")
     } finally {
       Fs.rmSync(dir, { recursive: true, force: true })
     }

@@ -150,13 +150,9 @@ const getWithHost = (port: number, pathname: string, host: string) =>
     request.on("error", (error) => resume(Effect.die(error)))
   })
 
-/**
- * Reads Server-Sent Events from `url` until `until` says stop or the server ends the stream;
- * returns the events (named) and whether the server ended it.
- */
-const readEvents = (url: string, until: (events: ReadonlyArray<Sse.Event>) => boolean) =>
+/** Reads a stream's events (into `events`, which a test may watch meanwhile) until `until` says so or the stream ends. */
+const readEvents = (url: string, until: (events: ReadonlyArray<Sse.Event>) => boolean, events: Array<Sse.Event> = []) =>
   Effect.promise(async (signal) => {
-    const events: Array<Sse.Event> = []
     const parser = Sse.makeParser((event) => {
       if (event._tag === "Event") events.push(event)
     })
@@ -177,6 +173,16 @@ const readEvents = (url: string, until: (events: ReadonlyArray<Sse.Event>) => bo
     }
     controller.abort()
     return { events, ended }
+  })
+
+/** Waits (in real time, at most 60 s) until the events read so far satisfy `seen`: the stream has sent it. */
+const untilSent = (events: ReadonlyArray<Sse.Event>, seen: (events: ReadonlyArray<Sse.Event>) => boolean, what: string) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 6000; i++) {
+      if (seen(events)) return
+      yield* Effect.sleep("10 millis")
+    }
+    return yield* Effect.dieMessage(`the live stream did not send ${what}`)
   })
 
 const runsUrl = (url: string, query: Record<string, string>) => `${url}api/runs?${new URLSearchParams(query)}`
@@ -296,15 +302,24 @@ describe.sequential("polyloop serve: the HTTP API", () => {
       Effect.gen(function*() {
         const { url } = yield* Viewer
         const runId = "live-1"
-        const reading = yield* Effect.fork(readEvents(`${url}api/runs/${runId}/live`, () => false))
-        // Wait for the stream to say the run is missing before starting the run.
-        yield* Effect.sleep("300 millis")
-        yield* Scenario.run("slow", runId, { stepDelay: Duration.millis(150) })
+        const read: Array<Sse.Event> = []
+        const reading = yield* Effect.fork(readEvents(`${url}api/runs/${runId}/live`, () => false, read))
+        // The run starts once the stream said it is missing, and each step is written once the
+        // stream sent the one before (the loop waits for its event sink): the steps reach the
+        // reader one by one by construction, however slow the machine or the stream's timer.
+        yield* untilSent(read, (events) => events.some((e) => e.event === "missing"), "that the run is missing")
+        const completedIn = (event: Sse.Event) => (JSON.parse(event.data) as TranscriptDoc).steps.filter((step) => step.completed).length
+        yield* Scenario.run("slow", runId, {
+          onEvent: (event) =>
+            event._tag === "StepCompleted"
+              ? untilSent(read, (events) => events.some((e) => e.event === "transcript" && completedIn(e) === event.step + 1), `step ${event.step}`)
+              : Effect.void
+        })
         const { events, ended } = yield* Fiber.join(reading)
         assert.isTrue(ended, "the server ends the stream of a finished run")
         assert.strictEqual(events[0]!.event, "missing")
         const transcripts = events.filter((event) => event.event === "transcript").map((event) => ({ id: Number(event.id), doc: JSON.parse(event.data) as TranscriptDoc }))
-        assert.isAbove(transcripts.length, 3, "the steps arrive one by one, not all at the end")
+        assert.isAtLeast(transcripts.length, Scenario.slowSteps, "the steps arrive one by one, not all at the end")
         for (let i = 1; i < transcripts.length; i++) assert.isAbove(transcripts[i]!.id, transcripts[i - 1]!.id, "each event carries a grown log")
         const completedCounts = transcripts.map((t) => t.doc.steps.filter((step) => step.completed).length)
         assert.isTrue(completedCounts.some((n) => n > 0 && n < Scenario.slowSteps), `some event shows the run part-way: ${completedCounts}`)
@@ -316,8 +331,11 @@ describe.sequential("polyloop serve: the HTTP API", () => {
     it.effect("the list's live stream sends a change when a run is written", () =>
       Effect.gen(function*() {
         const { url } = yield* Viewer
-        const reading = yield* Effect.fork(readEvents(`${url}api/live`, (events) => events.filter((e) => e.event === "runs").length >= 2))
-        yield* Effect.sleep("300 millis")
+        const read: Array<Sse.Event> = []
+        const reading = yield* Effect.fork(readEvents(`${url}api/live`, (events) => events.filter((e) => e.event === "runs").length >= 2, read))
+        // Written once the stream sent the list as it was (a stream connected after the write
+        // would see the run in its first list and never send a change).
+        yield* untilSent(read, (events) => events.some((e) => e.event === "runs"), "the list")
         yield* Scenario.run("budget", "live-list-1")
         const { events } = yield* Fiber.join(reading)
         const [before, after] = events.filter((e) => e.event === "runs").map((e) => JSON.parse(e.data) as { readonly token: string; readonly count: number })
@@ -557,9 +575,17 @@ describe.sequential("polyloop serve on PostgreSQL", () => {
       const writer = yield* Layer.build(SqlRunLogStore.layerPg({ url }))
       const viewer = yield* Layer.build(SqlRunLogStore.layerPg({ url, maxConnections: 2 }))
       const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), token }).pipe(Effect.provide(viewer), Effect.provide(NodeContext.layer))
-      const reading = yield* Effect.fork(readEvents(`${bound.baseUrl}api/runs/pg-live/live`, () => false))
-      yield* Effect.sleep("300 millis")
-      yield* Scenario.run("slow", "pg-live", { stepDelay: Duration.millis(150) }).pipe(Effect.provide(writer))
+      const read: Array<Sse.Event> = []
+      const reading = yield* Effect.fork(readEvents(`${bound.baseUrl}api/runs/pg-live/live`, () => false, read))
+      // Each step is written once the viewer's stream sent the one before (as in the test above).
+      yield* untilSent(read, (events) => events.some((e) => e.event === "missing"), "that the run is missing")
+      const completedIn = (event: Sse.Event) => (JSON.parse(event.data) as TranscriptDoc).steps.filter((step) => step.completed).length
+      yield* Scenario.run("slow", "pg-live", {
+        onEvent: (event) =>
+          event._tag === "StepCompleted"
+            ? untilSent(read, (events) => events.some((e) => e.event === "transcript" && completedIn(e) === event.step + 1), `step ${event.step}`)
+            : Effect.void
+      }).pipe(Effect.provide(writer))
       const { events, ended } = yield* Fiber.join(reading)
       assert.isTrue(ended)
       const transcripts = events.filter((event) => event.event === "transcript").map((event) => JSON.parse(event.data) as TranscriptDoc)

@@ -47,7 +47,7 @@ interface Child {
 }
 
 const start = (args: ReadonlyArray<string>): Child => {
-  const child = spawn(process.execPath, args, { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
+  const child = spawn(process.execPath, args, { cwd: repoRoot, stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
   let stdout = ""
   let stderr = ""
   const waiters: Array<() => void> = []
@@ -187,25 +187,25 @@ describe.sequential("polyloop serve in a real browser", () => {
     // Marks this document: a reload would lose it.
     // (Expressions run in the page are strings: this project's TypeScript has no DOM types.)
     await page.evaluate(`window.polyloopMarker = "same document"`)
-    const agent = start(["--import", "tsx", writer, db, "slow", runId, "1500"])
+    // Paced: the writer waits after each step until told to go on, so the page is looked at
+    // with exactly that many steps written (no sampling of a writer on a timer).
+    const agent = start(["--import", "tsx", writer, db, "slow", runId, "paced"])
     const seen: Array<{ readonly shown: number; readonly written: number }> = []
     try {
-      await page.locator('[data-step="0"] .observation').waitFor({ timeout: 120_000 })
-      // Watch the page while the writer goes on: steps appear one by one.
-      for (;;) {
-        const shown = await page.locator("section.step .observation").count()
-        const written = (agent.stdout().match(/^step \d+$/gm) ?? []).length
-        seen.push({ shown, written })
-        if (await page.locator("#finished").count() > 0) break
-        await page.waitForTimeout(250)
+      for (let step = 0; step < Scenario.slowSteps; step++) {
+        await agent.waitFor(new RegExp(`^step ${step}$`, "m"))
+        await page.locator(`[data-step="${step}"] .observation`).waitFor({ timeout: 120_000 })
+        seen.push({ shown: await page.locator("section.step .observation").count(), written: step + 1 })
+        agent.process.stdin!.write("\n")
       }
+      await page.locator("#finished").waitFor({ timeout: 120_000 })
       const exit = await agent.exited
       assert.strictEqual(exit.code, 0, `the writer failed:\n${agent.stdout()}\n${agent.stderr()}`)
     } finally {
       if (agent.process.exitCode === null) agent.process.kill("SIGKILL")
     }
-    const partial = seen.filter((s) => s.shown > 0 && s.shown < Scenario.slowSteps)
-    assert.isAbove(new Set(partial.map((s) => s.shown)).size, 1, `the page showed the run part-way at several sizes: ${JSON.stringify(seen)}`)
+    // Each step appeared while the writer held the next one back: the page showed every size.
+    assert.deepStrictEqual(seen.map((s) => s.shown), seen.map((s) => s.written), `the page showed the run step by step: ${JSON.stringify(seen)}`)
     assert.strictEqual(await page.locator("section.step").count(), Scenario.slowSteps)
     assert.strictEqual(await page.evaluate(`window.polyloopMarker`), "same document", "no reload")
     assert.include(await page.locator("#stop-reason").innerText(), "Completed(Tool)")

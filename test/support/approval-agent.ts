@@ -2,13 +2,17 @@
  * Child process of the approval crash test (design 0160): runs (or resumes) a refund desk run
  * whose `refund` call (replay policy "Never") needs a person's decision, or records a decision.
  *
- *   node --import tsx approval-agent.ts <sqlite:<file> | pg:<url>> <ledger> <runId> run
+ *   node --import tsx approval-agent.ts <sqlite:<file> | pg:<url>> <ledger> <runId> run [<hold>]
  *   node --import tsx approval-agent.ts <sqlite:<file> | pg:<url>> <ledger> <runId> approve | reject
  *
  * Prints `ready` once the store is open, `running` when the run starts or resumes (its record
  * durable), `executing` when the refund handler starts (it then waits ~20 ms, appends one line to
  * <ledger>, the side effect that must happen at most once, and waits ~20 ms more), and at the
  * end `suspended <call ids>`, `finished <RunResult JSON>`, `decided`, or `error <tag>`.
+ *
+ * With a `<hold>` (`running`, `executing` or `effected`: once the run's start or resume is
+ * durable, once the refund handler started, once its side effect is done), the life stops there
+ * for good and prints `holding <hold>`: the parent kills it at that event, not after a delay.
  */
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
@@ -29,13 +33,15 @@ import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import * as fs from "node:fs"
 
-const [where, ledger, runIdText, mode] = process.argv.slice(2)
+const [where, ledger, runIdText, mode, hold] = process.argv.slice(2)
 if (where === undefined || ledger === undefined || runIdText === undefined || mode === undefined) {
   process.stderr.write("usage: approval-agent.ts <sqlite:<file> | pg:<url>> <ledger> <runId> run|approve|reject\n")
   process.exit(2)
 }
 const runId = Ids.runId(runIdText)
 const say = (line: string) => Effect.sync(() => void process.stdout.write(`${line}\n`))
+/** At the hold point: says so and never goes on (the parent kills the process). */
+const holdAt = (point: string) => (hold === point ? Effect.zipRight(say(`holding ${point}`), Effect.never) : Effect.void)
 
 const Refund = Schema.Struct({ orderId: Schema.Number, amount: Schema.Number })
 const tools = ToolRegistry.make(
@@ -48,8 +54,10 @@ const tools = ToolRegistry.make(
       Effect.gen(function*() {
         const { idempotencyKey } = yield* ToolContext
         yield* say("executing")
+        yield* holdAt("executing")
         yield* Effect.sleep("20 millis")
         fs.appendFileSync(ledger, `${idempotencyKey} ${amount}\n`)
+        yield* holdAt("effected")
         yield* Effect.sleep("20 millis")
         return `refunded ${amount}`
       })
@@ -77,7 +85,8 @@ const runIt = Effect.gen(function*() {
       model.layer,
       ActionExecutor.layer(executor),
       NativeToolCallParser.layer(),
-      EventSink.layer((event) => (event._tag === "RunStarted" || event._tag === "RunResumed" ? say("running") : Effect.void))
+      // Delivered before the loop goes on: holding here holds the run.
+      EventSink.layer((event) => (event._tag === "RunStarted" || event._tag === "RunResumed" ? Effect.zipRight(say("running"), holdAt("running")) : Effect.void))
     ))
   )
 })

@@ -212,9 +212,31 @@ const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogS
     }),
     appendApprovals: (runId, records) =>
       write(`approvals ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendApprovals(runId, records)),
-    claim: (runId) => point("before claim").pipe(Effect.zipRight(store.claim(runId)), Effect.tap(() => point("after claim")))
+    claim: (runId) =>
+      point("before claim").pipe(
+        Effect.zipRight(store.claim(runId)),
+        Effect.tap(() => point("after claim")),
+        // Added after the claim's own finalizers, so run before them: the lease is still held
+        // and its heartbeat still renews while this waits.
+        Effect.tap(() => Effect.addFinalizer(() => awaitTimedCrash))
+      )
   }
 }
+
+/**
+ * At the end of a claim, a life whose crash point is a renewal (`Scripts.timedPoints`) it has not
+ * passed yet waits for it: the renewal timer then kills it there. Whether a timed point is reached
+ * is then an event (the life held its claim), not a race between the timer and the life's length.
+ * Bounded (renewals come every 15 ms): after 10 s the life ends, and the scenario counts the point
+ * as unreached.
+ */
+const awaitTimedCrash = Effect.suspend(() => {
+  const crash = job?.crash ?? null
+  if (crash === null || !("name" in crash) || !Scripts.timedPoints.includes(crash.name)) return Effect.void
+  const reached = () => (occurrences.get(crash.name) ?? 0) >= crash.occurrence
+  if (reached()) return Effect.void
+  return Effect.sleep("5 millis").pipe(Effect.repeat({ until: reached }), Effect.timeout("10 seconds"), Effect.ignore)
+})
 
 const storeLayer = (current: Job) => {
   const lease = {

@@ -72,6 +72,13 @@ export type Crash =
   | { readonly name: string; readonly occurrence: number }
   | { readonly ordinal: number }
 
+/**
+ * The crash points a timer passes (the lease's renewal, every `heartbeatInterval`), not the
+ * life's own course: a life whose crash point is one of these holds its claim at its end until
+ * it passed it (`chaos-child.ts`), so the point is reached however long the life took.
+ */
+export const timedPoints: ReadonlyArray<string> = ["before renew", "after renew", "before renew check", "after renew check"]
+
 /** One life of a scenario. */
 export interface Job {
   readonly life: "run" | "decide"

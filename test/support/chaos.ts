@@ -20,8 +20,9 @@
  *   actions (`NotExecuted` with the synthetic text, and their step's `effective`).
  *
  * Renewal points of the lease (`renew`, `renew check`) come from a timer: their occurrences 1
- * and 2 in each life are scenarios, and a life that ends before it reaches one counts as
- * *unreached*, not as a failure. A scenario's id is `<variant>/p<point>/r<seed>`.
+ * and 2 in each life that claims the run are scenarios, and the life holds its claim at its end
+ * until it passed its point (`chaos-child.ts`), so every one is reached; one that is not (after
+ * 10 s of waiting) counts as *unreached*. A scenario's id is `<variant>/p<point>/r<seed>`.
  */
 import * as Reactivity from "@effect/experimental/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
@@ -76,7 +77,7 @@ export interface Key {
 /** The tools whose replay policy is "Never" (`chaos-scripts.ts`). */
 const neverTools = ["write", "refund"]
 
-const timedNames = ["before renew", "after renew", "before renew check", "after renew check"]
+const timedNames = Scripts.timedPoints
 
 /** The uncrashed run of a variant. */
 export interface Reference {
@@ -251,7 +252,10 @@ export const reference = async (env: Env, variant: Variant): Promise<Reference> 
         seen.set(name, occurrence)
         if (!timedNames.includes(name)) keys.push({ life: lives.length - 1, name, occurrence, timed: false })
       }
-      for (const name of timedNames) for (const occurrence of [1, 2]) timed.push({ life: lives.length - 1, name, occurrence, timed: true })
+      // Only a life that claims the run renews a lease (recording decisions takes no claim).
+      if (result.points.includes("after claim")) {
+        for (const name of timedNames) for (const occurrence of [1, 2]) timed.push({ life: lives.length - 1, name, occurrence, timed: true })
+      }
       const next = nextLife(result.end, life)
       if (next === "done") break
       if (next === "again" || next === "fail") throw new Error(`the uncrashed ${variantId(variant)} ended with ${JSON.stringify(result.end)}: ${result.output}`)

@@ -5,6 +5,8 @@
  */
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
+import * as Os from "node:os"
+import * as Path from "node:path"
 
 /** Timings of the runners and the client; the same on every process. */
 export const timings = {
@@ -31,6 +33,13 @@ export const Payload = Schema.Struct({ n: Schema.Int })
  * per execution: the insert is retried across a database restart without ever counting one
  * execution twice or two executions once.
  */
+/**
+ * While this file exists, the runner of process `pid` stops for good in the `charge` tool right
+ * after its side effect (`cluster-runner.ts`): a kill made then lands between a side effect and
+ * its step's completion, an event, not a race with the tool's 40 ms.
+ */
+export const holdFileOf = (pid: number): string => Path.join(Os.tmpdir(), `polyloop-cluster-hold-${pid}`)
+
 export const createExecutionsTable = `CREATE TABLE IF NOT EXISTS tool_executions (
   id bigserial PRIMARY KEY,
   run_id text NOT NULL,

@@ -35,7 +35,10 @@ import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
-import { Payload, timings } from "./cluster-fixture.js"
+import * as fs from "node:fs"
+import { holdFileOf, Payload, timings } from "./cluster-fixture.js"
+
+const holdFile = holdFileOf(process.pid)
 
 const agent = AgentDefinition.make({
   name: "cluster-failover",
@@ -61,7 +64,9 @@ const main = (url: string, runnerId: string, port: number) => {
           Effect.retry(Schedule.exponential(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(60)))),
           Effect.orDie
         )
-        // The side effect happened; its step is not complete yet.
+        // The side effect happened; its step is not complete yet. Held here for good while the
+        // test is about to kill this runner (`holdFileOf`).
+        if (fs.existsSync(holdFile)) yield* Effect.never
         yield* Effect.sleep(Duration.millis(40))
         return `charged ${amount}`
       })

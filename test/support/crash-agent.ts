@@ -15,12 +15,17 @@
  * their appends are group-committed; `running` is printed as each starts or resumes, and no
  * history file is written. With `multi`, the run's replies call three tools each
  * (`Scenario.multiScript`, design 0150).
+ *
+ * With `POLYLOOP_CRASH_HOLD=before-finish` in the environment, a life never ends its run: where
+ * it would write `RunFinished` it prints `holding before finish` and stops for good, so the parent
+ * kills every such life (at its random moment, or there at the latest).
  */
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
 import * as EventSink from "@polyloop/core/EventSink"
 import type * as Ids from "@polyloop/core/Ids"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Effect from "effect/Effect"
@@ -49,6 +54,15 @@ const saveHistory = (messages: unknown) =>
     fs.writeFileSync(tmp, JSON.stringify(messages))
     fs.renameSync(tmp, historyFile)
   })
+
+/** The store, but with `POLYLOOP_CRASH_HOLD=before-finish` a `finish` that never comes: the life waits for its kill. */
+const holding = Layer.effect(
+  RunLogStore.RunLogStore,
+  Effect.map(RunLogStore.RunLogStore, (store): RunLogStore.RunLogStore.Service =>
+    process.env["POLYLOOP_CRASH_HOLD"] === "before-finish"
+      ? { ...store, finish: () => Effect.zipRight(Effect.sync(() => process.stdout.write("holding before finish\n")), Effect.never) }
+      : store)
+)
 
 /** `runs=<k>`: k runs at once in this process (`<runId>-0` … `<runId>-<k-1>`), on one store. */
 const runsMatch = /^runs=(\d+)$/.exec(mode ?? "")
@@ -100,12 +114,12 @@ const program = Effect.gen(function*() {
   // transaction, and the random kills must hit the store as applications run it (one statement
   // per append, the client's connection held by the store).
   Effect.provide(
-    SqlRunLogStore.layerSqlite({
+    holding.pipe(Layer.provide(SqlRunLogStore.layerSqlite({
       filename: db,
       ...(mode === "kill-between-writes" ? { faultPoint } : {}),
       leaseDuration: "300 millis",
       heartbeatInterval: "75 millis"
-    })
+    })))
   )
 )
 

@@ -24,9 +24,10 @@ export interface CrashChild {
 }
 
 /** Starts `crash-agent.ts` (or another script of this folder) with `args`. */
-export const startAgent = (args: ReadonlyArray<string>, script = "crash-agent.ts"): CrashChild => {
+export const startAgent = (args: ReadonlyArray<string>, script = "crash-agent.ts", env: Readonly<Record<string, string>> = {}): CrashChild => {
   const child = spawn(process.execPath, ["--import", "tsx", Path.join(here, script), ...args], {
     cwd: repoRoot,
+    env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
   const lines: Array<string> = []

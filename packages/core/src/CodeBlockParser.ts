@@ -22,7 +22,8 @@
  *
  * The parser never fails, never throws on any input, is linear in the reply's length (a line
  * scanner, no regular expression over the reply) and is deterministic (SPEC §5). It reads
- * `reply.text` only.
+ * `reply.text` only, and only through `String` methods (never `text[i]`), so that the linearity
+ * test can count every character it reads.
  *
  * @since 0.1.0
  */
@@ -100,12 +101,12 @@ const singleCallArgument = (code: string, name: string): string | undefined => {
   let depth = 0
   let close = -1
   while (i < text.length) {
-    const c = text[i]!
+    const c = text.charAt(i)
     if (c === "\"" || c === "'" || c === "`") {
       const triple = c !== "`" && text.startsWith(c + c + c, i)
       const delimiter = triple ? c + c + c : c
       i += delimiter.length
-      while (i < text.length && !text.startsWith(delimiter, i)) i += text[i] === "\\" ? 2 : 1
+      while (i < text.length && !text.startsWith(delimiter, i)) i += text.charCodeAt(i) === 0x5c ? 2 : 1
       i += delimiter.length
       continue
     }
@@ -146,14 +147,14 @@ const escapes: Readonly<Record<string, string>> = { n: "\n", t: "\t", r: "\r", "
 const stringLiteral = (argument: string): string | undefined => {
   let i = 0
   let raw = false
-  while (i < 2 && "rRbBuUfF".includes(argument[i] ?? "\"")) {
-    const prefix = argument[i]
+  while (i < 2 && i < argument.length && "rRbBuUfF".includes(argument.charAt(i))) {
+    const prefix = argument.charAt(i)
     // An f-string interpolates: its value is only known when the code runs.
     if (prefix === "f" || prefix === "F") return undefined
     if (prefix === "r" || prefix === "R") raw = true
     i++
   }
-  const q = argument[i]
+  const q = argument.charAt(i)
   if (q !== "\"" && q !== "'" && q !== "`") return undefined
   const delimiter = q !== "`" && argument.startsWith(q + q + q, i) ? q + q + q : q
   const bodyStart = i + delimiter.length
@@ -161,9 +162,9 @@ const stringLiteral = (argument: string): string | undefined => {
   if (bodyEnd < bodyStart || !argument.endsWith(delimiter)) return undefined
   let out = ""
   for (let k = bodyStart; k < bodyEnd; k++) {
-    const c = argument[k]!
+    const c = argument.charAt(k)
     if (c === "\\" && k + 1 < bodyEnd) {
-      const next = argument[k + 1]!
+      const next = argument.charAt(k + 1)
       if (raw) {
         out += c + next
       } else {

@@ -29,7 +29,8 @@
  * calls in `reply.toolCalls` are not read; use `NativeToolCallParser` for those.
  *
  * The parser never fails, never throws on any input, is linear in the reply's length, and is
- * deterministic (SPEC §5).
+ * deterministic (SPEC §5). It reads the text only through `String` methods and `JSON.parse`
+ * (never `text[i]`), so that the linearity test can count every character it reads.
  *
  * @since 0.1.0
  */
@@ -273,10 +274,10 @@ const arrayOf = (text: string, attempts: ReadonlyArray<Attempt>): ReadonlyArray<
   }
   let open = objects[0]!.start - 1
   while (open >= 0 && isSpace(text.charCodeAt(open))) open--
-  if (open < 0 || text[open] !== "[") return undefined
+  if (open < 0 || text.charCodeAt(open) !== 0x5b) return undefined
   let close = objects[objects.length - 1]!.end
   while (close < text.length && isSpace(text.charCodeAt(close))) close++
-  if (close >= text.length || text[close] !== "]") return undefined
+  if (close >= text.length || text.charCodeAt(close) !== 0x5d) return undefined
   const parsed = Json.tryParse(text, open, close + 1)
   if (parsed === undefined || !Array.isArray(parsed.value) || parsed.value.length !== objects.length) return undefined
   return objects.map((o) => o.value)

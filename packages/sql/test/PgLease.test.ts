@@ -31,6 +31,7 @@ import * as Redacted from "effect/Redacted"
 import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
+import * as TestClock from "effect/TestClock"
 import { freshSchemaUrl } from "./PgSupport.js"
 
 /** A store instance (its own pool: another worker) over the database at `url`. */
@@ -60,25 +61,44 @@ const replied = (seq: number, step: number): RunLog.ModelReplied => ({
 const isFenced = (error: unknown): error is ConcurrentWriter =>
   typeof error === "object" && error !== null && "_tag" in error && error._tag === "ConcurrentWriter"
 
+/** Lets the database answer (real I/O) while the clock stands still. */
+const settle = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 10)))
+
+/** Waits (in real time, at most 10 s) until a fiber sleeps on the TestClock until `millis`: a heartbeat that renewed and sleeps again. */
+const untilSleepingUntil = (millis: number) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 1000; i++) {
+      if (Array.from(yield* TestClock.sleeps()).includes(millis)) return
+      yield* settle
+    }
+    return yield* Effect.dieMessage(`no heartbeat sleeps until ${millis} ms on the TestClock`)
+  })
+
 describe.sequential("claims on PostgreSQL are leases", () => {
-  it.scopedLive("a held claim is renewed by its heartbeat: another worker stays RunBusy past the lease duration", () =>
+  // Leases are measured with the store's `Clock` (expiry times and the heartbeat's sleeps), so these
+  // run on TestClock: the verdict cannot depend on how long a loaded machine took between two lines.
+  it.scoped("a held claim is renewed by its heartbeat: another worker stays RunBusy past the lease duration (TestClock)", () =>
     Effect.gen(function*() {
       const url = yield* freshSchemaUrl
-      // Renewed every 100 ms, a lease of 1 s survives a stall of 0.9 s on a loaded machine; the
-      // check comes after 2.5 lease durations.
       const a = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
       const b = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
       const r = runId("renewed")
       const scope = yield* Scope.make()
       yield* a.claim(r).pipe(Scope.extend(scope))
-      yield* Effect.sleep(Duration.millis(2500))
+      // 2.5 lease durations, a heartbeat at a time: each renews the lease, then sleeps again.
+      for (let beat = 1; beat <= 25; beat++) {
+        yield* untilSleepingUntil(beat * 100)
+        yield* TestClock.adjust(Duration.millis(100))
+      }
+      yield* untilSleepingUntil(2600)
+      assert.strictEqual(yield* TestClock.currentTimeMillis, 2500)
       const busy = yield* Effect.flip(Effect.scoped(b.claim(r)))
       assert.strictEqual(busy._tag, "RunBusy")
       yield* Scope.close(scope, Exit.void)
       yield* Effect.scoped(b.claim(r))
     }))
 
-  it.scopedLive("a holder that stops renewing loses the run after its lease expires; its next write is fenced by the lease owner", () =>
+  it.scoped("a holder that stops renewing loses the run after its lease expires; its next write is fenced by the lease owner (TestClock)", () =>
     Effect.gen(function*() {
       const url = yield* freshSchemaUrl
       // A hangs: it holds its claim's scope open but never renews (as a stopped or partitioned worker).
@@ -91,7 +111,7 @@ describe.sequential("claims on PostgreSQL are leases", () => {
       const early = yield* Effect.flip(Effect.scoped(b.claim(r)))
       assert.strictEqual(early._tag, "RunBusy")
 
-      yield* Effect.sleep(Duration.millis(450))
+      yield* TestClock.adjust(Duration.millis(450))
       const bScope = yield* Scope.make()
       yield* b.claim(r).pipe(Scope.extend(bScope))
 

@@ -1,7 +1,8 @@
 /**
- * The killed-writer check's own schedule: a kill that comes after the writer finished its run is
- * made on a fresh run instead, as soon as that writer has opened the store — so a fast store or a
- * busy machine slow to read acknowledgements cannot leave a case without kills.
+ * The killed-writer check's own schedule: a writer to be killed holds after its last write
+ * instead of ending, so the kill lands however fast the store or slow the machine; a kill that
+ * comes after a run's last write is then made on a fresh run, as soon as that writer has opened
+ * the store.
  */
 import { assert, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"

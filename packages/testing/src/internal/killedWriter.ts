@@ -5,7 +5,11 @@
  * each write returns (stdout to a pipe is synchronous on Linux: a printed acknowledgement was
  * printed before any later kill). Lines: `ready`, `wrote <i>`…, `done`, or `error <message>`.
  *
- * Usage: node --import tsx killedWriter.ts <module URL> <export> <storage> <seed> <from>
+ * Usage: node --import tsx killedWriter.ts <module URL> <export> <storage> <seed> <from> [hold]
+ *
+ * With `hold` (a child that is to be killed), the child does not end its run: its last write
+ * done, it prints `holding` instead of acknowledging it and waits for its kill — so the kill
+ * lands before the child ends, whatever the machine's speed.
  *
  * @internal
  */
@@ -17,7 +21,7 @@ import { killedWriterRun, perform } from "./writes.js"
 
 const say = (line: string) => process.stdout.write(`${line}\n`)
 
-const [href, exportName, storage, seedText, fromText] = process.argv.slice(2)
+const [href, exportName, storage, seedText, fromText, holdText] = process.argv.slice(2)
 if (href === undefined || exportName === undefined || storage === undefined || seedText === undefined || fromText === undefined) {
   say("error usage: killedWriter.ts <module URL> <export> <storage> <seed> <from>")
   process.exit(2)
@@ -41,6 +45,10 @@ const program = Effect.gen(function*() {
   say("ready")
   for (let i = Number(fromText); i < run.writes.length; i++) {
     yield* perform(store, run.runId, run.writes[i]!)
+    if (holdText === "hold" && i === run.writes.length - 1) {
+      say("holding")
+      return yield* Effect.never
+    }
     say(`wrote ${i}`)
   }
   say("done")

@@ -96,8 +96,9 @@ interface Life {
 
 /**
  * Runs one child from write `from`; with `kill`, kills it with SIGKILL `kill.delay` ms after its
- * `kill.acks`-th acknowledgement (at once if it finishes first, nothing to kill). Reads every
- * line the child printed before it died.
+ * `kill.acks`-th acknowledgement, or after its last write if it gets there first (such a child
+ * holds there instead of ending: the kill always lands). Reads every line the child printed
+ * before it died.
  */
 const live = (
   args: { readonly href: string; readonly name: string; readonly storage: string; readonly seed: number; readonly from: number },
@@ -114,7 +115,9 @@ const live = (
         args.name,
         args.storage,
         String(args.seed),
-        String(args.from)
+        String(args.from),
+        // A child to be killed holds after its last write instead of ending: the kill always lands.
+        ...(kill === undefined ? [] : ["hold"])
       ).pipe(Command.workingDirectory(kitDirectory))
       const child = yield* Effect.mapError(
         Command.start(command),
@@ -133,6 +136,7 @@ const live = (
       let lastAcked = -1
       let acks = 0
       let ready = false
+      let holding = false
       let done = false
       let error: string | undefined
       let ended = false
@@ -154,13 +158,15 @@ const live = (
           acks++
         } else if (line === "ready") ready = true
         else if (line === "done") done = true
+        else if (line === "holding") holding = true
         else if (line.startsWith("error ")) error = line.slice(6)
         return true
       })
       let killed = false
       if (kill !== undefined) {
-        // The store open, then `kill.acks` writes acknowledged (or the child ends first).
-        while (!done && error === undefined && (!ready || acks < kill.acks)) {
+        // The store open, then `kill.acks` writes acknowledged (or the child holds after its
+        // last write, or fails).
+        while (!done && !holding && error === undefined && (!ready || acks < kill.acks)) {
           if (!(yield* next)) break
         }
         if (!ended && !done && error === undefined) {
@@ -185,9 +191,10 @@ const live = (
 const maxRounds = 6
 
 /**
- * Checks one case: `kills` kills of the writer, each run then written to its end. A run the
- * writer finishes before all kills were made (a fast store, a busy machine slow to read the
- * acknowledgements) ends its round, and the remaining kills go to a fresh run on fresh storage.
+ * Checks one case: `kills` kills of the writer, each run then written to its end. A run whose
+ * last write was done before all kills were made (a fast store, a busy machine slow to read the
+ * acknowledgements: its writer was killed holding after that write) ends its round, and the
+ * remaining kills go to a fresh run on fresh storage. Every kill lands, so every case kills.
  */
 export const check = (options: KilledWriter, seed: number, kills: ReadonlyArray<Kill>): Effect.Effect<void, ContractViolation> =>
   Effect.scoped(
