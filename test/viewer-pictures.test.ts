@@ -142,20 +142,30 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
 
   it("draws a run's timeline: a bar per step as long as its recorded duration, a resume marked, tokens per step", async () => {
     const transcript = (await (await fetch(new URL("/api/runs/resumed-a", url), { headers: { authorization: `Bearer ${token}` } })).json()) as {
-      readonly steps: ReadonlyArray<{ readonly step: number; readonly completion: { readonly elapsed: number }; readonly tokens: { readonly input: number; readonly output: number } }>
+      readonly steps: ReadonlyArray<{ readonly step: number; readonly completion: { readonly elapsed: number; readonly modelElapsed?: number }; readonly tokens: { readonly input: number; readonly output: number } }>
       readonly resumes: ReadonlyArray<{ readonly fromStep: number }>
     }
     assert.deepStrictEqual(transcript.resumes.map((r) => r.fromStep), [1])
     const page = await open(`/?${new URLSearchParams({ run: "resumed-a" })}`)
     const timeline = await drawn(page, "chart-timeline")
     assert.deepStrictEqual(timeline.labels, ["step 0", "step 1 ↻", "step 2"])
-    // Every step is one bar (in the dataset of its status), from the end of the step before.
+    // Every step is a bar from the end of the step before, split into its model call and its
+    // tools (the tools' part in the dataset of its status); a step resumed after its reply was
+    // logged has no recorded model time: one bar.
     let clock = 0
+    let split = 0
     transcript.steps.forEach((step, i) => {
       const bars = timeline.datasets.map((d) => d.data[i]).filter((bar) => bar !== null && bar !== undefined)
-      assert.deepStrictEqual(bars, [[clock, clock + step.completion.elapsed]], `step ${step.step}`)
-      clock += step.completion.elapsed
+      const { elapsed, modelElapsed } = step.completion
+      if (modelElapsed === undefined) assert.deepStrictEqual(bars, [[clock, clock + elapsed]], `step ${step.step}`)
+      else {
+        split++
+        assert.deepStrictEqual(bars, [[clock, clock + modelElapsed], [clock + modelElapsed, clock + elapsed]], `step ${step.step}`)
+      }
+      clock += elapsed
     })
+    assert.isAbove(split, 0, "the live steps record their model time")
+    assert.strictEqual(timeline.datasets[0]!.label, "model call")
     const tokens = await drawn(page, "chart-step-tokens")
     assert.deepStrictEqual(tokens.datasets.map((d) => d.data), [transcript.steps.map((s) => s.tokens.input), transcript.steps.map((s) => s.tokens.output)])
     assert.strictEqual(await page.locator('#timeline-table [data-marks="resumed here"]').count(), 1)

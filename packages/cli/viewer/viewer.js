@@ -777,10 +777,13 @@ const timelineRows = (transcript) => {
     const marks = []
     if (resumedAt.has(step.step)) marks.push("resumed here")
     if (step.settledOnResume) marks.push("retried on resume")
+    // The model call's share of the step (recorded since issue 34; absent for a step resumed after its reply, and in older logs).
+    const model = typeof step.completion.modelElapsed === "number" ? Math.min(step.completion.modelElapsed, step.completion.elapsed) : null
     return {
       step: step.step,
       start,
       elapsed: step.completion.elapsed,
+      model,
       input: step.tokens?.input ?? 0,
       output: step.tokens?.output ?? 0,
       status: worst,
@@ -801,14 +804,19 @@ const renderTimeline = (transcript) => {
     type: "bar",
     data: {
       labels,
-      datasets: statuses.map((status) => ({
-        label: status === "NoAction" ? "no action" : status,
-        data: rows.map((r) => (r.status === status ? [r.start, r.start + r.elapsed] : null)),
+      datasets: [{
+        label: "model call",
+        data: rows.map((r) => (r.model === null ? null : [r.start, r.start + r.model])),
+        backgroundColor: "#8a94a6",
+        grouped: false
+      }, ...statuses.map((status) => ({
+        label: status === "NoAction" ? "no action" : `${status} (tools)`,
+        data: rows.map((r) => (r.status === status ? [r.start + (r.model ?? 0), r.start + r.elapsed] : null)),
         backgroundColor: statusColors[status],
         borderColor: rows.map((r) => (r.marks.length > 0 ? "#6e3bbf" : statusColors[status])),
         borderWidth: rows.map((r) => (r.marks.length > 0 ? 3 : 0)),
         grouped: false
-      }))
+      }))]
     },
     options: {
       indexAxis: "y",
@@ -818,7 +826,8 @@ const renderTimeline = (transcript) => {
           callbacks: {
             label: (item) => {
               const r = rows[item.dataIndex]
-              return `${duration(r.elapsed)} · ${r.input + r.output} tokens${r.marks.length > 0 ? ` · ${r.marks.join(", ")}` : ""}`
+              const split = r.model === null ? "" : ` (model ${duration(r.model)}, tools ${duration(r.elapsed - r.model)})`
+              return `${duration(r.elapsed)}${split} · ${r.input + r.output} tokens${r.marks.length > 0 ? ` · ${r.marks.join(", ")}` : ""}`
             }
           }
         }
@@ -839,11 +848,13 @@ const renderTimeline = (transcript) => {
   })
   const table = dataTable(
     "timeline-table",
-    [["step"], ["starts at", true], ["duration", true], ["input tokens", true], ["output tokens", true], ["status"], ["marks"]],
+    [["step"], ["starts at", true], ["duration", true], ["model", true], ["tools", true], ["input tokens", true], ["output tokens", true], ["status"], ["marks"]],
     rows.map((r) => [
       [String(r.step), false, { "data-step": r.step }],
       [duration(r.start), true],
       [duration(r.elapsed), true, { "data-elapsed": r.elapsed }],
+      [r.model === null ? "—" : duration(r.model), true, { "data-model": r.model === null ? "" : r.model }],
+      [r.model === null ? "—" : duration(r.elapsed - r.model), true],
       [String(r.input), true],
       [String(r.output), true],
       [r.status],

@@ -227,6 +227,7 @@ const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const sent = run.masker?.request(run.state)
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
     Effect.flatMap(generate(run, step, sent), (generated) => {
+      run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
       const reply = History.assignReplyCallIds(generated, step)
       const replied: RunLog.ModelReplied = {
         _tag: "ModelReplied",

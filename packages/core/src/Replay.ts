@@ -180,6 +180,7 @@ const normalize = (record: RunLog.RunRecord): unknown => {
       break
     case "StepCompleted":
       delete value.elapsed
+      delete value.modelElapsed
       break
     case "ApprovalRequested":
     case "ApprovalDecided":

@@ -116,7 +116,13 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
   resultIds: Schema.Array(ResultId),
   effective: Schema.Boolean,
   usage: Usage,
-  elapsed: Schema.NonNegative.pipe(Schema.finite())
+  elapsed: Schema.NonNegative.pipe(Schema.finite()),
+  /**
+   * Milliseconds of `elapsed` spent in the model call, retries included (the rest is the
+   * actions'); absent for a step whose reply was logged before a resume, and in logs written
+   * before it was recorded.
+   */
+  modelElapsed: Schema.optional(Schema.NonNegative.pipe(Schema.finite()))
 })
 /** @since 0.1.0 */
 export interface StepCompleted extends Schema.Schema.Type<typeof StepCompleted> {}

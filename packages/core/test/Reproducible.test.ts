@@ -19,6 +19,7 @@ import * as EventSink from "@polyloop/core/EventSink"
 import * as Ids from "@polyloop/core/Ids"
 import type { LoopEvent } from "@polyloop/core/LoopEvent"
 import * as LogFile from "@polyloop/core/LogFile"
+import * as ModelClient from "@polyloop/core/ModelClient"
 import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as Replay from "@polyloop/core/Replay"
@@ -34,6 +35,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as TestClock from "effect/TestClock"
 
 const X = Schema.Struct({ x: Schema.String })
 const usage = { inputTokens: 10, outputTokens: 2 }
@@ -350,5 +352,25 @@ describe("replay of an ablation fork", () => {
       assert.strictEqual(error.path, "requestHash")
       assert.strictEqual(error.recorded, "0".repeat(64))
       assert.notInclude(error.message, "(absent)")
+    }))
+})
+
+describe("a step's time, split into the model call and the tools (issue 34's timeline)", () => {
+  it.effect("StepCompleted records the model's share of the step; a step resumed after its reply has none", () =>
+    Effect.gen(function*() {
+      const slow = Tool.make({ name: "slow", description: "Takes two seconds.", parameters: X, replayPolicy: "Always", handler: ({ x }) => Effect.as(Effect.sleep("2 seconds"), `slow ${x}`) })
+      const tools = ToolRegistry.make(slow)
+      const replies = [calls(["slow", "a"]), ModelReply.make({ text: "done", usage })]
+      let served = 0
+      const model = ModelClient.make(() => Effect.as(Effect.sleep("3 seconds"), replies[served++]!))
+      const store = yield* RunLogStore.makeMemory
+      const agent = AgentDefinition.make({ name: "timed", systemPrompt: "Be slow.", budget: { maxSteps: 3 } })
+      const fiber = yield* Effect.fork(
+        Agent.run({ runId: Ids.runId("timed"), agent, task: "t", tools }).pipe(Effect.provide(Layer.merge(services(tools, store), Layer.succeed(ModelClient.ModelClient, model))))
+      )
+      for (let i = 0; i < 10; i++) yield* TestClock.adjust("1 second")
+      yield* Fiber.join(fiber)
+      const log = yield* store.readLog(Ids.runId("timed"))
+      assert.deepStrictEqual(log.steps.map((s) => [s.elapsed, s.modelElapsed]), [[5000, 3000], [3000, 3000]])
     }))
 })

@@ -34,6 +34,8 @@ export interface State {
   eventDeliveryFailures: number
   /** The sequence number of the next record. */
   seq: number
+  /** Milliseconds the live step's model call took (read by its `StepCompleted`); undefined for a resumed step. */
+  modelElapsed: number | undefined
   last: LastStep | undefined
 }
 
@@ -49,6 +51,7 @@ export const fresh = (messages: History.Messages): State => ({
   resumedCount: 0,
   eventDeliveryFailures: 0,
   seq: 1,
+  modelElapsed: undefined,
   last: undefined
 })
 

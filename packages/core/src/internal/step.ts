@@ -212,6 +212,8 @@ const completeStep = (
   resumed: boolean
 ): Effect.Effect<void, LoopError> => {
   const elapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+  const modelElapsed = resumed ? undefined : run.state.modelElapsed
+  run.state.modelElapsed = undefined
   const seq = run.state.seq
   const records = pending.map((p, k) => record(seq + k, step, p))
   const all: Array<RunLog.ActionResulted> = written.slice() as Array<RunLog.ActionResulted>
@@ -224,7 +226,8 @@ const completeStep = (
     resultIds: all.map((r) => r.resultId),
     effective: State.isEffective(all),
     usage: reply.usage,
-    elapsed
+    elapsed,
+    ...(modelElapsed === undefined ? {} : { modelElapsed: Math.min(modelElapsed, elapsed) })
   }
   return Effect.flatMap(run.store.completeStep(run.runId, records, completed), () => {
     run.state.seq = completed.seq + 1

@@ -79,6 +79,11 @@ export const comparable = (log: RunLog.RunLog): ReadonlyArray<unknown> =>
     .filter((record) => record._tag !== "RunResumed")
     .map((record) => {
       const { seq: _seq, ...rest } = record
+      // The model's share of a step's time is not known for a step whose reply was logged before a resume.
+      if (rest._tag === "StepCompleted") {
+        const { modelElapsed: _model, ...step } = rest
+        return step
+      }
       if (rest._tag === "RunFinished") return { ...rest, counters: { ...rest.counters, resumedCount: 0 } }
       return rest
     })
