@@ -228,6 +228,16 @@ export const make = (
       maxOpenFiles: 256
     }
     const owner = isolation === "bubblewrap" && Driver.hostIsRoot() ? Driver.nobody : undefined
+    if (owner !== undefined) {
+      // The sandbox runs as nobody: every directory above the sessions must be searchable by others.
+      for (let dir = path.dirname(root); ; dir = path.dirname(dir)) {
+        const mode = fs.statSync(dir).mode
+        if ((mode & 0o001) === 0) {
+          return yield* new SandboxUnavailable({ missing: "sandbox", detail: `the sandbox runs as uid ${owner.uid}, which cannot reach ${root}: ${dir} is not searchable by others (chmod o+x, or choose another root)` })
+        }
+        if (dir === path.dirname(dir)) break
+      }
+    }
 
     const newDirs = (): { readonly dir: string; readonly dirs: Driver.SessionDirs } => {
       const dir = fs.mkdtempSync(path.join(root, "s-"))

@@ -17,6 +17,7 @@ import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { StringDecoder } from "node:string_decoder"
 import { SessionFailure } from "./failure.js"
@@ -240,10 +241,17 @@ export interface Live {
   nextId: number
 }
 
+const signalNames = new Map<number, string>(Object.entries(os.constants.signals).map(([name, n]) => [n, name]))
+
 /** How the process ended, in words (`status 3`, `signal SIGKILL`). */
 export const exitOf = (live: Live): Effect.Effect<{ readonly code?: number; readonly signal?: string }> =>
   Effect.map(Effect.either(live.process.exitCode), (exit) => {
-    if (exit._tag === "Right") return { code: exit.right }
+    if (exit._tag === "Right") {
+      // bubblewrap exits with 128 + n when the sandboxed process died of signal n.
+      const code = exit.right
+      const signal = code > 128 ? signalNames.get(code - 128) : undefined
+      return signal === undefined ? { code } : { signal }
+    }
     const signal = /signal: (\w+)/.exec(String(exit.left.message))?.[1]
     return signal === undefined ? {} : { signal }
   })
