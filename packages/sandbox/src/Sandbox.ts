@@ -307,9 +307,11 @@ export const make = (
           if (result.outcome.status === "Executed" && result.action._tag === "CodeAction") executed.add(result.step)
         }
         const refs = yield* blobs.listRefs(runId, refPrefix).pipe(Effect.mapError(storeFailure("listing snapshots")))
+        // Without a log (the executor used outside `Agent.run`) every snapshot counts.
+        const logged = Option.isSome(log.started)
         for (let i = refs.length - 1; i >= 0; i--) {
           const step = Number(refs[i]!.name.slice(refPrefix.length))
-          if (Number.isInteger(step) && step < beforeStep && executed.has(step)) return yield* readManifest(refs[i]!.hash)
+          if (Number.isInteger(step) && step < beforeStep && (!logged || executed.has(step))) return yield* readManifest(refs[i]!.hash)
         }
         const parent = Option.flatMap(log.started, (started) => Option.fromNullable(started.forkedFrom))
         if (Option.isNone(parent)) return undefined
