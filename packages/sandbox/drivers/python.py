@@ -103,6 +103,10 @@ def save(path):
             modules[name] = value.__name__
             saved.append(name)
             continue
+        if isinstance(value, io.IOBase):
+            # dill would reopen a file on load, in its mode: a file opened for writing would be truncated.
+            unsaved.append({"name": name, "reason": "%s: files are not saved" % type(value).__name__})
+            continue
         try:
             values[name] = pickler.dumps(value)
             saved.append(name)

@@ -82,6 +82,12 @@ export interface Options {
   readonly maxFileBytes?: number
   /** How long an interpreter may take to start (default 20 seconds). */
   readonly startTimeout?: Duration.DurationInput
+  /**
+   * Called after an action ran and before its snapshot is taken (`BeforeSnapshot`), and after
+   * the snapshot is stored, before the outcome is returned (`AfterSnapshot`): crash tests kill
+   * the process there. Not for production use.
+   */
+  readonly crashPoint?: (point: { readonly runId: string; readonly step: number; readonly stage: "BeforeSnapshot" | "AfterSnapshot" }) => Effect.Effect<void>
   readonly python?: string
   readonly node?: string
   readonly bwrap?: string
@@ -485,7 +491,9 @@ export const make = (
             completed = true
           }
         }
+        if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "BeforeSnapshot" })
         yield* snapshot(session, step, language)
+        if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "AfterSnapshot" })
         const observation = hostPathsOut(parts.length === 0 ? "(no output)" : parts.join("\n"), session)
         return ActionOutcome.executed(observation, { envReportedCompletion: completed, truncatedChars: output.truncated })
       })
