@@ -85,11 +85,12 @@ beforeAll(async () => {
   before = hostState()
 }, 120_000)
 
-/** Host processes running as the sandbox's user (nobody), this test's sandboxes among them. */
+/** Host processes of this test's sandboxes: bwrap (its arguments name the sessions' root) and what runs inside. */
 const sandboxProcesses = (): Array<string> =>
   fs.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).filter((pid) => {
     try {
-      return /^Uid:\s+65534\b/m.test(fs.readFileSync(`/proc/${pid}/status`, "utf8"))
+      const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8")
+      return cmdline.includes(root) || cmdline.includes("/.polyloop/driver/")
     } catch {
       return false
     }
@@ -185,7 +186,6 @@ describe.sequential("the escape suite", () => {
   })
 
   it("releasing the executor kills every process of the sandboxes (the fork bomb's included)", async () => {
-    if (process.getuid?.() !== 0) return
     assert.isAbove(sandboxProcesses().length, 0, "the sessions' interpreters are running")
     await runtime.dispose()
     assert.deepStrictEqual(sandboxProcesses(), [])
