@@ -80,6 +80,8 @@ export interface Options {
   readonly outputLimit?: number
   /** Largest file the code may write (`RLIMIT_FSIZE`) and a snapshot keeps (default 256 MiB). */
   readonly maxFileBytes?: number
+  /** Files a run's workspace starts with (relative paths), when it has no snapshot to restore. */
+  readonly files?: Readonly<Record<string, string | Uint8Array>>
   /** How long an interpreter may take to start (default 20 seconds). */
   readonly startTimeout?: Duration.DurationInput
   /**
@@ -335,6 +337,19 @@ export const make = (
         if (point !== undefined) {
           yield* Workspace.restore(made.dirs.workspace, point.entries, blobs, session.cache, owner).pipe(Effect.tapError(() => dispose(session)))
           session.last = point
+        } else if (options.files !== undefined) {
+          yield* Effect.try({
+            try: () => {
+              for (const [name, content] of Object.entries(options.files ?? {})) {
+                const full = path.join(made.dirs.workspace, name)
+                if (!full.startsWith(made.dirs.workspace + path.sep)) throw new Error(`${name} is not inside the workspace`)
+                fs.mkdirSync(path.dirname(full), { recursive: true })
+                fs.writeFileSync(full, content)
+                if (owner !== undefined) fs.chownSync(full, owner.uid, owner.gid)
+              }
+            },
+            catch: (error) => new SessionFailure({ reason: "Start", message: `the workspace's files could not be written: ${String(error)}` })
+          }).pipe(Effect.tapError(() => dispose(session)))
         }
         sessions.set(runId, session)
         return session
