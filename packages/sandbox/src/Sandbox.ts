@@ -383,7 +383,10 @@ export const make = (
           const file = path.join(session.dirs.state, Driver.stateFile(language))
           yield* Effect.try({
             try: () => {
-              fs.writeFileSync(file, bytes.value)
+              // The state directory is the sandbox's to write: whatever it left there (a link to a
+              // host file, say) is removed, and the file is created anew, never through a link.
+              fs.rmSync(file, { force: true, recursive: true })
+              fs.writeFileSync(file, bytes.value, { flag: "wx", mode: 0o600 })
               if (owner !== undefined) fs.chownSync(file, owner.uid, owner.gid)
             },
             catch: (error) => new SessionFailure({ reason: "Restore", message: String(error) })
@@ -421,12 +424,7 @@ export const make = (
           const bytes = yield* Effect.try({
             try: () => {
               const file = path.join(session.dirs.state, Driver.stateFile(ran))
-              const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
-              try {
-                return fs.readFileSync(fd)
-              } finally {
-                fs.closeSync(fd)
-              }
+              return Workspace.readRegular(file, 2 * env.memoryBytes + 64 * 1024 * 1024)
             },
             catch: (error) => new SessionFailure({ reason: "Snapshot", message: `the saved variables could not be read: ${String(error)}` })
           })
@@ -498,7 +496,8 @@ export const make = (
           const error = reply.error as { readonly type?: string; readonly message?: string; readonly traceback?: string } | null | undefined
           if (error !== null && error !== undefined) {
             const text = typeof error.traceback === "string" && error.traceback !== "" ? error.traceback.trimEnd() : `${error.type}: ${error.message}`
-            parts.push(error.type === "MemoryError" ? `out of memory\n${text}` : text)
+            const memory = error.type === "MemoryError" || (error.type === "RangeError" && /allocation failed/i.test(error.message ?? ""))
+            parts.push(memory ? `out of memory\n${text}` : text)
           }
           if (typeof reply.exit === "number" && reply.exit !== 0) parts.push(`the code exited with status ${reply.exit}`)
           if (typeof reply.final === "string") {

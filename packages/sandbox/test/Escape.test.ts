@@ -27,6 +27,9 @@ fs.chmodSync(dir, 0o711)
 const storeFile = path.join(dir, "runs.db")
 const root = path.join(dir, "sessions")
 const hostMarker = path.join(os.tmpdir(), `polyloop-escape-marker-${process.pid}`)
+/** A host file the code knows the path of (but cannot see); it must stay as it is. */
+const victimFile = path.join(dir, "victim.txt")
+fs.writeFileSync(victimFile, "unchanged")
 
 let connections = 0
 const server = net.createServer((socket) => {
@@ -54,6 +57,7 @@ const hostState = () => ({
   passwd: fileHash("/etc/passwd"),
   marker: fs.existsSync(hostMarker),
   usrEvil: fs.existsSync("/usr/polyloop-evil"),
+  victim: fs.readFileSync(victimFile, "utf8"),
   connections,
   alive: process.kill(process.pid, 0)
 })
@@ -159,7 +163,7 @@ describe.sequential("the escape suite", () => {
       (o) => assert.include(o.observation, "out of memory")
     )
     await contained(
-      "const hog = []; while (true) hog.push(new Array(1e6).fill(1.5))",
+      "const hog = []; while (true) hog.push(new Array(1e7).fill(1.5))",
       (o) => assert.include(o.observation, "out of memory"),
       "javascript"
     )
@@ -176,6 +180,14 @@ describe.sequential("the escape suite", () => {
   it("looping forever: killed at the CPU or wall-time limit, in Python and in JavaScript", async () => {
     await contained("while True:\n    pass", (o) => assert.match(o.observation, /killed: CPU time limit of 3 s exceeded|killed after 10 s/))
     await contained("while (true) {}", (o) => assert.include(o.observation, "killed after 10 s (wall-time limit)"), "javascript")
+  })
+
+  it("planting links and FIFOs for the host: a link to a host file in the state directory, then a kill; a FIFO in the workspace", async () => {
+    await contained(
+      `import os\ntarget = '/.polyloop/state/python.state'\nif os.path.lexists(target):\n    os.remove(target)\nos.symlink(${JSON.stringify(victimFile)}, target)\nos.symlink(${JSON.stringify(victimFile)}, 'link-to-host')\nwhile True:\n    pass`,
+      (o) => assert.match(o.observation, /killed/)
+    )
+    await contained("import os\nos.mkfifo('pipe')\nprint('made')", (o) => assert.include(o.observation, "made"))
   })
 
   it("signalling its parent and the host: nothing outside the sandbox can be reached", async () => {

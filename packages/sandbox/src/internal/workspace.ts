@@ -47,6 +47,23 @@ export interface Walked {
   readonly fresh: ReadonlyMap<string, Uint8Array>
 }
 
+/**
+ * Reads a file the sandbox could have replaced since it was looked at: never through a link
+ * (`O_NOFOLLOW`), never blocking on a FIFO (`O_NONBLOCK`), only a regular file of at most `max`
+ * bytes. Throws otherwise.
+ */
+export const readRegular = (file: string, max: number): Buffer => {
+  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK)
+  try {
+    const stat = fs.fstatSync(fd)
+    if (!stat.isFile()) throw new Error(`${path.basename(file)} is not a regular file`)
+    if (stat.size > max) throw new Error(`${path.basename(file)} is larger than ${max} bytes`)
+    return fs.readFileSync(fd)
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
 const byPath = <A extends { readonly path: string }>(a: A, b: A) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0)
 
 /** Walks `root` (see the module header). */
@@ -82,14 +99,7 @@ export const walk = (root: string, cache: HashCache, maxFileBytes: number): Effe
             ) {
               hash = cached.hash
             } else {
-              // O_NOFOLLOW: the file may have been replaced by a link since the lstat.
-              const fd = fs.openSync(full, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
-              let data: Uint8Array
-              try {
-                data = fs.readFileSync(fd)
-              } finally {
-                fs.closeSync(fd)
-              }
+              const data = readRegular(full, maxFileBytes)
               hash = Blobs.hashOf(data)
               fresh.set(hash, data)
               cache.set(rel, { size: stat.size, mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, hash })
