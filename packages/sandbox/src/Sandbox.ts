@@ -207,18 +207,21 @@ export const make = (
 
     // The sessions' root: made here, removed with the layer.
     const root = yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        const base = options.root ?? os.tmpdir()
-        fs.mkdirSync(base, { recursive: true })
-        const dir = fs.mkdtempSync(path.join(base, "polyloop-sandbox-"))
-        fs.chmodSync(dir, 0o711)
-        // The drivers are copied here: the sandbox's user may not be able to reach the package.
-        fs.mkdirSync(path.join(dir, "drivers"), { mode: 0o755 })
-        for (const name of ["python.py", "javascript.cjs"]) {
-          fs.copyFileSync(path.join(driversDir, name), path.join(dir, "drivers", name))
-          fs.chmodSync(path.join(dir, "drivers", name), 0o644)
-        }
-        return dir
+      Effect.try({
+        try: () => {
+          const base = options.root ?? os.tmpdir()
+          fs.mkdirSync(base, { recursive: true })
+          const dir = fs.mkdtempSync(path.join(base, "polyloop-sandbox-"))
+          fs.chmodSync(dir, 0o711)
+          // The drivers are copied here: the sandbox's user may not be able to reach the package.
+          fs.mkdirSync(path.join(dir, "drivers"), { mode: 0o755 })
+          for (const name of ["python.py", "javascript.cjs"]) {
+            fs.copyFileSync(path.join(driversDir, name), path.join(dir, "drivers", name))
+            fs.chmodSync(path.join(dir, "drivers", name), 0o644)
+          }
+          return dir
+        },
+        catch: (error) => new SandboxUnavailable({ missing: "sandbox", detail: `the sessions' directory could not be made under ${options.root ?? os.tmpdir()}: ${String(error)}` })
       }),
       (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
     )
@@ -262,7 +265,10 @@ export const make = (
 
     // The probe: each language's sandbox must start once.
     for (const language of languages) {
-      const probe = newDirs()
+      const probe = yield* Effect.try({
+        try: newDirs,
+        catch: (error) => new SandboxUnavailable({ missing: "sandbox", detail: `a session's directories could not be made: ${String(error)}` })
+      })
       const started = yield* Effect.either(Driver.start(env, probe.dirs, language, 100, startMillis).pipe(Effect.provide(executor)))
       if (started._tag === "Right") yield* Driver.kill(started.right)
       fs.rmSync(probe.dir, { recursive: true, force: true })
