@@ -203,4 +203,21 @@ describe.sequential("stateful code actions", () => {
       }).pipe(Effect.provide(layer))
       fs.rmSync(dir, { recursive: true, force: true })
     }))
+
+  it.live("JavaScript: globals persist across steps and come back after a restart; functions are named as not restored", () =>
+    Effect.gen(function*() {
+      const layer = Sandbox.layer(testOptions).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      yield* Effect.gen(function*() {
+        const first = yield* run("js-state", 0, "var counts = new Map([['a', 1]]); globalThis.total = 41; function twice(x) { return 2 * x }", "javascript")
+        assert.strictEqual(first.status, "Executed")
+        const second = yield* run("js-state", 1, "console.log(twice(total + counts.get('a')))", "javascript")
+        assert.strictEqual(second.observation, "84")
+        // An endless loop: killed at the wall-time limit; the next action restarts from the snapshot.
+        const killed = yield* run("js-state", 2, "while (true) {}", "javascript")
+        assert.include(killed.observation, "killed after 4 s (wall-time limit)")
+        const restored = yield* run("js-state", 3, "console.log(total, counts.get('a'), typeof twice)", "javascript")
+        assert.include(restored.observation, "not restored: twice (function")
+        assert.include(restored.observation, "41 1 undefined")
+      }).pipe(Effect.provide(layer))
+    }))
 })
