@@ -12,6 +12,11 @@
  * executor does not run is `NotExecuted`. `final_answer(value)` reports completion
  * (`envReportedCompletion`). Interruption kills the interpreter's process tree and is not caught.
  *
+ * What is saved: Python's global names (dill, else pickle; modules by name; open files never),
+ * JavaScript's global object properties (`var`, function declarations are lost as functions,
+ * `globalThis.x = …`; top-level `let`/`const` are not properties and are not saved). JavaScript
+ * has the wall-time limit only (no per-action CPU limit). Linux only.
+ *
  * @since 0.1.0
  */
 import type * as CommandExecutor from "@effect/platform/CommandExecutor"
