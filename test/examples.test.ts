@@ -85,6 +85,21 @@ describe("examples", () => {
     assert.match(out, /no tool ran twice: Completed\(Tool\) after 8 steps, resumed 1×/)
   })
 
+  it("long-run.ts: masking keeps a 1.6 MB run's requests small, the log in full, and a resumed run's requests identical", async () => {
+    const result = await example("long-run.ts")
+    assert.strictEqual(result.code, 0, `${result.stdout}\n${result.stderr}`)
+    const out = result.stdout
+    const logged = Number(/logged observations: (\d+) characters/.exec(out)?.[1])
+    const all = Number(/largest request, keeping everything: (\d+) characters/.exec(out)?.[1])
+    const masked = Number(/largest request, masking: +(\d+) characters/.exec(out)?.[1])
+    assert.isAbove(logged, 1_600_000)
+    assert.isAbove(all, logged)
+    assert.isBelow(masked, all / 10)
+    assert.match(out, /an older file as the model sees it: \[output of read_log omitted: 128 lines, \d+ characters\]/)
+    assert.match(out, /resumed 1 time\(s\), 201 steps: every request identical to the uninterrupted run's: true/)
+    assert.match(out, /answer: All 200 logs read: every worker is ok\./)
+  })
+
   it("readme-example.ts: runs durably, and a second run returns the recorded result; the README shows its code", async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-readme-"))
     try {

@@ -150,9 +150,10 @@ export const endpointUrl = (baseUrl: string, query: Readonly<Record<string, stri
 }
 
 /**
- * The usage as billed: the prompt tokens, and the completion tokens plus the reasoning tokens
- * when the server counts those outside the completion (its `total_tokens` says so: prompt +
- * completion + reasoning). Cached and reasoning counts are kept as details.
+ * The usage as billed: the prompt tokens, and the completion tokens plus what `total_tokens`
+ * counts beyond prompt + completion (reasoning counted outside the completion, named by its
+ * detail or not: Gemini's thinking tokens are in the total only), recorded as `reasoningTokens`.
+ * Cached and reasoning counts are kept as details.
  */
 export const readUsage = ChatWire.readUsage
 

@@ -43,13 +43,12 @@ import { clientOf } from "./helpers.js"
 
 /**
  * The replies a Chat Completions answer can express exactly: no cache-write count (the API has
- * none), tool-call ids not empty (an empty id is given `call_<index>`), a refusal or reasoning
+ * none), a refusal or reasoning
  * not empty, a refusal only beside text (a lone refusal is also the reply's text), and a raw
  * finish reason that is a provider's word for the normalised one.
  */
 const chatExpressible = (reply: ModelReply): boolean =>
   reply.usage.cacheWriteInputTokens === undefined &&
-  reply.toolCalls.every((call) => call.id !== "") &&
   reply.reasoning !== "" &&
   (reply.refusal === undefined || (reply.refusal !== "" && reply.text !== "")) &&
   (reply.rawFinishReason === undefined ||

@@ -195,8 +195,9 @@ describe("OpenAiCompatible", () => {
       assert.deepStrictEqual(reply, {
         text: "",
         toolCalls: [
-          { id: "call_0", name: "read_file", argumentsText: "{\"path\":\"a.txt\"}" },
-          { id: "call_1", name: "list", argumentsText: "{}" }
+          // No id is invented here: the loop gives an id-less call its `call_<step>` id (issue 29).
+          { id: "", name: "read_file", argumentsText: "{\"path\":\"a.txt\"}" },
+          { id: "", name: "list", argumentsText: "{}" }
         ],
         usage: { inputTokens: 0, outputTokens: 0 }
       })

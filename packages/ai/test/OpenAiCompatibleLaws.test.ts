@@ -70,8 +70,8 @@ const readBack = (wire: unknown): Message.Message => {
  */
 const replies = Arbitrary.make(ModelReply.ModelReply).map(({ rawFinishReason: _r, reasoning: _s, refusal: _f, usage, ...reply }) => ({
   ...reply,
-  // A call without an id (or with an empty one) is given `call_<index>`: served with one.
-  toolCalls: reply.toolCalls.map((call, index) => (call.id === "" ? { ...call, id: `call_${index}` } : call)),
+  // A call with an empty id is served without one, and reads back with the empty id.
+  toolCalls: reply.toolCalls,
   usage: { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens }
 }))
 

@@ -248,6 +248,38 @@ const runStreaming = (baseUrl: string, store: RunLogStore.RunLogStore.Service, e
   )
 
 describe("streaming runs through OpenAiCompatible", () => {
+  it.scopedLive("a tool call without an id (Gemini's endpoint sends \"\"): streamed or not, the logs are byte-identical, with the loop's call_0", () =>
+    Effect.gen(function*() {
+      // The recorded DeepSeek stream with its call id emptied, and the same content as one completion.
+      const idless = Replay.streamEvents("deepseek-reasoning-tool-call.chunks.txt").map((event) => event.replace(/"id":"call_[^"]*"/g, "\"id\":\"\""))
+      const whole = completionOf(idless.map((event) => event.replace(/^data: /, "").trim()).filter((data) => data !== "[DONE]").map((data) => JSON.parse(data)))
+      const finalWhole = completionOf(finalAnswer.map((event) => event.replace(/^data: /, "").trim()).filter((data) => data !== "[DONE]").map((data) => JSON.parse(data)))
+      const logs: Array<string> = []
+      for (const streaming of [true, false]) {
+        const server = yield* FakeServer.make
+        yield* streaming
+          ? server.reply(FakeServer.events(idless), FakeServer.events(finalAnswer))
+          : server.reply(FakeServer.json(whole), FakeServer.json(finalWhole))
+        const store = yield* RunLogStore.makeMemory
+        yield* Agent.run({ runId: runId("idless"), agent, task: "Weather in San Francisco?", tools: registry, streaming }).pipe(
+          Effect.provide(Layer.mergeAll(
+            layerFor(server.baseUrl),
+            NativeToolCallParser.layer(),
+            Layer.orDie(ToolRegistry.layerExecutor(registry)),
+            EventSink.layerNoop,
+            Layer.succeed(RunLogStore.RunLogStore, store)
+          ))
+        )
+        const log = yield* store.readLog(runId("idless"))
+        assert.deepStrictEqual(log.replies[0]!.reply.toolCalls.map((c) => c.id), ["call_0"])
+        assert.deepStrictEqual(log.results.map((r) => r.outcome.observation), ["San Francisco: foggy, 14°C"])
+        const sent = (yield* server.all)[1]!.body as { messages: ReadonlyArray<{ role: string; tool_call_id?: string; content?: unknown }> }
+        assert.deepStrictEqual(sent.messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, m.content]), [["call_0", "San Francisco: foggy, 14°C"]])
+        logs.push(JSON.stringify([log.replies.map((r) => [r.reply, r.requestHash]), log.results.map((r) => [r.action, r.outcome]), log.steps.map((s) => [s.decision, s.resultIds, s.usage])]))
+      }
+      assert.strictEqual(logs[0], logs[1])
+    }))
+
   it.scopedLive("a stream broken after half its chunks: no ModelReplied for it, the retry gives the whole reply, the run finishes", () =>
     Effect.gen(function*() {
       const server = yield* FakeServer.make

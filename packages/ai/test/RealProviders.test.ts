@@ -282,12 +282,12 @@ describe("client options", () => {
     assert.isUndefined(OpenAiCompatible.toRequestBody(request, "m", "max_completion_tokens").max_tokens)
   })
 
-  it("an empty tool-call id gets the deterministic id a missing one gets (Gemini's OpenAI endpoint sends \"\")", () => {
+  it("an empty tool-call id reads as a missing one: empty, for the loop to give its call_<step> id (Gemini's OpenAI endpoint sends \"\")", () => {
     // The recorded Groq tool call, its id emptied as Gemini's endpoint sends it.
     const recorded = Replay.json("groq-tool-call.json") as { choices: Array<{ message: { tool_calls: Array<{ id: string }> } }> }
     recorded.choices[0]!.message.tool_calls[0]!.id = ""
     const parsed = OpenAiCompatible.parseCompletion(JSON.stringify(recorded), "endpoint")
-    assert.deepStrictEqual(Either.getOrThrow(parsed).toolCalls.map((call) => call.id), ["call_0"])
+    assert.deepStrictEqual(Either.getOrThrow(parsed).toolCalls.map((call) => call.id), [""])
   })
 })
 
@@ -356,5 +356,19 @@ describe("the maxTokens budget counts what the provider bills", () => {
       assert.strictEqual(result.steps, 1)
       assert.deepStrictEqual(result.usage, { inputTokens: 291, outputTokens: 215 })
       assert.strictEqual((yield* server.all).length, 1)
+    }))
+
+  it.scopedLive("Gemini's thinking tokens (in total_tokens only) count in the run's usage and the logged reply: 109 billed", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      yield* server.reply(Replay.reply("gemini-openai-thinking-usage.json"), Replay.reply("deepseek-reasoning.json"))
+      const store = yield* RunLogStore.makeMemory
+      const budgeted = AgentDefinition.make({ name: "forecaster", systemPrompt: "Use the weather tool.", budget: { maxSteps: 5, maxTokens: 1000 } })
+      const result = yield* Agent.run({ runId: runId("billed-gemini"), agent: budgeted, task: "15% of 240?", tools: registry }).pipe(
+        Effect.provide(Layer.merge(services(server.baseUrl), Layer.succeed(RunLogStore.RunLogStore, store)))
+      )
+      assert.deepStrictEqual(result.usage, { inputTokens: 35, outputTokens: 74 })
+      const log = yield* store.readLog(runId("billed-gemini"))
+      assert.deepStrictEqual(log.replies[0]?.reply.usage, { inputTokens: 35, outputTokens: 74, reasoningTokens: 62 })
     }))
 })

@@ -110,6 +110,13 @@ describe("Chat Completions replies recorded from real providers", () => {
       assert.deepStrictEqual(reply.toolCalls, [{ id: "call_93562515", name: "weather", argumentsText: "{\"location\":\"San Francisco\"}" }])
       assert.strictEqual(reply.refusal, undefined)
     }))
+
+  it.scopedLive("Gemini (OpenAI endpoint): thinking tokens in total_tokens only are counted as reasoning output (109 = 35 + 12 + 62)", () =>
+    Effect.gen(function*() {
+      const reply = yield* generated("gemini-openai-thinking-usage.json")
+      assert.deepStrictEqual(reply.usage, { inputTokens: 35, outputTokens: 74, reasoningTokens: 62 })
+      assert.strictEqual(reply.usage.inputTokens + reply.usage.outputTokens, 109)
+    }))
 })
 
 describe("errors recorded from real providers", () => {

@@ -39,6 +39,7 @@ import { RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Gate from "./internal/gate.js"
 import * as History from "./internal/history.js"
+import * as Masking from "./internal/masking.js"
 import * as PrefixView from "./internal/prefixView.js"
 import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
 import * as State from "./internal/state.js"
@@ -181,9 +182,10 @@ const logModelFailure = (step: number, error: ModelError) =>
   Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
 
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
-const generate = (run: Run, step: number) => {
-  // A value (design 0211): a read-only view of the history's first n messages, made in O(1).
-  const messages = PrefixView.prefix(run.state.messages)
+const generate = (run: Run, step: number, sent: Masking.Sent | undefined) => {
+  // A value (design 0211): a read-only view of the history's first n messages, made in O(1);
+  // under a masking policy, the masker's view (design 0260), made in O(1) too.
+  const messages = sent !== undefined ? sent.messages : PrefixView.prefix(run.state.messages)
   const request: ModelRequest = run.parallel
     ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
     : { messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
@@ -222,14 +224,16 @@ const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
 const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
+  const sent = run.masker?.request(run.state)
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
-    Effect.flatMap(generate(run, step), (reply) => {
+    Effect.flatMap(generate(run, step, sent), (generated) => {
+      const reply = History.assignReplyCallIds(generated, step)
       const replied: RunLog.ModelReplied = {
         _tag: "ModelReplied",
         seq: run.state.seq,
         step: asStep(step),
         reply,
-        requestHash: run.fingerprint.hash(run.state.messages)
+        requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
       }
       return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
         run.state.seq += 1
@@ -435,6 +439,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           schedule: scheduleOf(agent.modelRetry),
           modelTools,
           fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
+          masker: agent.history?._tag === "MaskObservations" ? Masking.make(agent.history, modelTools, agent.modelSettings) : undefined,
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           parallel,
           concurrency: agent.actionConcurrency ?? 1,

@@ -6,6 +6,7 @@
  */
 import * as Duration from "effect/Duration"
 import * as Schedule from "effect/Schedule"
+import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as Schema from "effect/Schema"
 import { Budget, FiniteDurationFromMillis } from "./Budget.js"
 import { ModelError } from "./Errors.js"
@@ -105,6 +106,11 @@ export const AgentDefinition = Schema.Struct({
    * the other). History and the log as read stay in call order. Not in the snapshot.
    */
   actionConcurrency: Schema.optional(Schema.Int.pipe(Schema.positive())),
+  /**
+   * What the model is sent of the history (design 0260): `HistoryPolicy.keepAll` (the default)
+   * or `HistoryPolicy.maskObservations(…)`. The log keeps everything either way. In the snapshot.
+   */
+  history: Schema.optional(HistoryPolicy.HistoryPolicy),
   modelRetry: ModelRetry
 })
 /** @since 0.1.0 */
@@ -121,6 +127,7 @@ export const make = (fields: {
   readonly historyRendering?: HistoryRendering
   readonly parallelToolCalls?: boolean
   readonly actionConcurrency?: number
+  readonly history?: HistoryPolicy.HistoryPolicy
   readonly modelRetry?: ModelRetry
 }): AgentDefinition => ({
   name: fields.name,
@@ -132,5 +139,6 @@ export const make = (fields: {
   ...(fields.historyRendering === undefined ? {} : { historyRendering: fields.historyRendering }),
   ...(fields.parallelToolCalls === undefined ? {} : { parallelToolCalls: fields.parallelToolCalls }),
   ...(fields.actionConcurrency === undefined ? {} : { actionConcurrency: fields.actionConcurrency }),
+  ...(fields.history === undefined ? {} : { history: fields.history }),
   modelRetry: fields.modelRetry ?? defaultModelRetry
 })

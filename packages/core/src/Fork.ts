@@ -11,12 +11,15 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentDefinition } from "./AgentDefinition.js"
 import type { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import { type RunId, StepIndex } from "./Ids.js"
+import * as Fingerprint from "./internal/fingerprint.js"
 import { formatIssues } from "./internal/issues.js"
+import * as Recorded from "./internal/recorded.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
 import * as Snapshot from "./Snapshot.js"
@@ -81,6 +84,42 @@ const toDifference = ([path, parent, fork]: readonly [string, unknown, unknown])
   ...(fork === undefined ? {} : { fork })
 })
 
+/** Does the fork's configuration differ from its parent's (an ablation)? */
+const forkDiffers = (forkedFrom: RunLog.ForkedFrom): boolean => forkedFrom.differences.length > 0
+
+/**
+ * The copied records with each copied reply's `requestHash` recomputed under the fork's own
+ * configuration (issue 29): the fingerprint of the request the fork's configuration makes from
+ * the copied history at that step — what a replay of the fork sends there. The parent's hashes
+ * are the parent's requests; kept, a fork under a changed prompt could never be replayed.
+ * Replies without a hash (logs from before fingerprints) stay without one. Linear in the copied
+ * history: one rebuild, one incremental fingerprint.
+ */
+const rehashed = (
+  first: RunLog.RunStarted,
+  copied: ReadonlyArray<RunLog.RunRecord>
+): Effect.Effect<ReadonlyArray<RunLog.RunRecord>, StoreError> =>
+  Effect.gen(function*() {
+    const log = RunLog.fromRecords([first, ...copied])
+    const fixed = Recorded.fromLog(log)
+    if (Either.isLeft(fixed)) return yield* Recorded.unreadable(first.runId, fixed.left)
+    const recorded = fixed.right
+    const messages = yield* Recorded.messages(recorded, log)
+    const fingerprint = Fingerprint.make(recorded.tools, recorded.snapshot.agent.modelSettings)
+    // The request of step s holds the messages before its reply: the s-th Assistant message.
+    const hashes = new Map<number, string>()
+    let step = 0
+    for (let i = 0; i < messages.length; i++) {
+      if (messages[i]!._tag !== "Assistant") continue
+      hashes.set(step++, fingerprint.hash(messages.slice(0, i)))
+    }
+    return copied.map((record) =>
+      record._tag === "ModelReplied" && record.requestHash !== undefined && hashes.has(record.step)
+        ? { ...record, requestHash: hashes.get(record.step)! }
+        : record
+    )
+  })
+
 /**
  * Forks `options.from` at `options.atStep` into `options.runId` (see the module header). Fails
  * with `InvalidFork` — no parent, a step out of range, an existing run id, a parent snapshot
@@ -141,7 +180,8 @@ export const fork = (
         logVersion: RunLog.logVersion,
         forkedFrom
       }
-      const copied = RunLog.recordsBeforeStep(parent, options.atStep).map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))
+      const renumbered = RunLog.recordsBeforeStep(parent, options.atStep).map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))
+      const copied = forkDiffers(forkedFrom) ? yield* rehashed(first, renumbered) : renumbered
       yield* appendRecords(options.runId, [first, ...copied])
       return { runId: options.runId, forkedFrom, snapshotHash: snapshot.hash, copiedRecords: copied.length }
     }))

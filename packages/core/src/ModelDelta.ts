@@ -83,14 +83,15 @@ export class Folder {
   /**
    * The reply so far, by the rules of design 0140: the text is the refusal when there is no
    * other text; empty reasoning or refusal is absent; calls in index order, a call without an
-   * id gets `call_<index>`; the finish reason normalised, the raw word kept; no usage delta,
-   * no tokens.
+   * id keeps the empty id (the loop gives it its deterministic `call_<step>` id before the reply
+   * is logged, as for a reply that did not stream: issue 29); the finish reason normalised, the
+   * raw word kept; no usage delta, no tokens.
    */
   reply(): ModelReply.ModelReply {
     const refusal = this.refusal === "" ? undefined : this.refusal
     const toolCalls: Array<ModelReply.ModelToolCall> = []
-    this.calls.forEach((call, index) => {
-      if (call !== undefined) toolCalls.push({ id: call.id === "" ? `call_${index}` : call.id, name: call.name, argumentsText: call.arguments })
+    this.calls.forEach((call) => {
+      if (call !== undefined) toolCalls.push({ id: call.id, name: call.name, argumentsText: call.arguments })
     })
     return ModelReply.make({
       text: this.text === "" && refusal !== undefined ? refusal : this.text,

@@ -20,7 +20,9 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Agent from "./Agent.js"
-import { ModelError, type RunError, type StoreError } from "./Errors.js"
+import * as Approval from "./Approval.js"
+import { ModelError, type RunError, type StoreError, Suspended } from "./Errors.js"
+import * as Approvals from "./internal/approvals.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Recorded from "./internal/recorded.js"
 import type { RunId } from "./Ids.js"
@@ -47,9 +49,12 @@ export class ReplayDiverged extends Schema.TaggedError<ReplayDiverged>()("Replay
   current: Schema.optional(Schema.Unknown)
 }) {
   override get message(): string {
+    if (this.path.startsWith("approvals[")) {
+      return `replay of ${this.runId} diverged at step ${this.step}: the replayed run asks for a decision (${this.path}) that the recorded run does not have`
+    }
     if (this.expected === "") return `replay of ${this.runId} diverged at step ${this.step}: the recorded run has no reply for this step`
     const show = (value: unknown) => (value === undefined ? "(absent)" : preview(JSON.stringify(value)))
-    return `replay of ${this.runId} diverged at step ${this.step}: ${this.path === "" ? "the request" : this.path} differs (recorded ${
+    return `replay of ${this.runId} diverged at step ${this.step}: ${this.path} differs (recorded ${
       show(this.recorded)
     }, now ${show(this.current)})`
   }
@@ -82,7 +87,9 @@ const divergence = (
     const differences = Snapshot.diff(Fingerprint.canonicalValue(rebuilt), Fingerprint.canonicalValue(request))
     const expected = expectedHash ?? Fingerprint.ofRequest(rebuilt)
     if (differences.length === 0 && expected === actualHash) return Option.none()
-    const [path, recordedValue, currentValue] = differences[0] ?? ["", undefined, undefined]
+    // The rebuilt request is the one sent, but its fingerprint is not the recorded one (the log's
+    // hash was made from another request: edited, or copied from elsewhere): the path names the hash.
+    const [path, recordedValue, currentValue] = differences[0] ?? ["requestHash", expected, actualHash]
     return Option.some(
       new ReplayDiverged({
         runId: recorded.runId,
@@ -126,7 +133,7 @@ export const make = (log: RunLog.RunLog): ModelClient.Service => {
         const actual = fingerprint(request)
         const replied = log.replies[step]
         if (replied === undefined || replied.step !== step) {
-          return Effect.fail(asModelError(new ReplayDiverged({ runId: recorded.runId, step, expected: "", actual, path: "" })))
+          return Effect.fail(asModelError(new ReplayDiverged({ runId: recorded.runId, step, expected: "", actual, path: `replies[${step}]` })))
         }
         if (replied.requestHash !== undefined && replied.requestHash === actual) return Effect.succeed(replied.reply)
         return divergence(recorded, log, step, request, replied.requestHash, actual).pipe(
@@ -174,6 +181,12 @@ const normalize = (record: RunLog.RunRecord): unknown => {
     case "StepCompleted":
       delete value.elapsed
       break
+    case "ApprovalRequested":
+    case "ApprovalDecided":
+      // The hash binds the decision to its run id; the time is when a person acted.
+      delete value.actionHash
+      delete value.at
+      break
     case "RunFinished": {
       delete value.finishedAt
       const counters = value.counters as Record<string, unknown>
@@ -209,6 +222,39 @@ export const compare = (recorded: RunLog.RunLog, replayed: RunLog.RunLog): Compa
   return { _tag: "Identical", records: a.length }
 }
 
+/**
+ * Records, for each call a suspended replay waits on, the decision the recorded run has for the
+ * same call (same step, call id and action); `ReplayDiverged` (path `approvals[<callId>]`) when
+ * the recorded run has none — it never asked, asked for another action, or was never decided.
+ */
+const serveDecisions = (recorded: RunLog.RunLog, suspended: Suspended): Effect.Effect<void, ReplayDiverged | RunError, RunLogStore> =>
+  Effect.forEach(suspended.waiting, (waiting): Effect.Effect<void, ReplayDiverged | RunError, RunLogStore> => {
+    const request = recorded.approvals.find((r): r is RunLog.ApprovalRequested =>
+      r._tag === "ApprovalRequested" && r.step === waiting.step && r.callId === waiting.callId &&
+      Snapshot.canonicalJson(r.action) === Snapshot.canonicalJson(waiting.action)
+    )
+    const decided = request === undefined ? undefined : Option.getOrUndefined(Approvals.decisionOf(recorded, request))
+    if (decided === undefined) {
+      return Effect.fail(
+        new ReplayDiverged({
+          runId: Option.match(recorded.started, { onNone: () => suspended.runId, onSome: (s) => s.runId }),
+          step: waiting.step,
+          expected: "",
+          actual: waiting.actionHash,
+          path: `approvals[${waiting.callId}]`,
+          current: waiting.action,
+          ...(request === undefined ? {} : { recorded: request.action })
+        })
+      )
+    }
+    return Approval.decide({ runId: suspended.runId, callId: waiting.callId, decision: decided.decision, by: decided.by, actionHash: waiting.actionHash }).pipe(
+      Effect.catchAll((error): Effect.Effect<void, RunError> =>
+        error._tag === "StoreError" || error._tag === "ConcurrentWriter"
+          ? Effect.fail(error)
+          : Effect.die(new Error(`replay could not record the recorded decision on ${waiting.callId}: ${error.message}`)))
+    )
+  }, { discard: true })
+
 /** What `run` needs: the recorded log, and the request to run under replay (a new run id). */
 export interface RunOptions {
   readonly recorded: RunLog.RunLog
@@ -235,10 +281,21 @@ export interface Target<E = never> {
  */
 export const run = (options: RunOptions): Effect.Effect<Comparison, ReplayDiverged | RunError, Requirements> =>
   Effect.gen(function*() {
-    yield* Agent.run(options.request).pipe(
+    const replaying = Agent.run(options.request).pipe(
       Effect.provide(model(options.recorded)),
       Effect.catchTag("ModelError", (error) => Effect.fail(error.cause instanceof ReplayDiverged ? error.cause : error))
     )
+    // A call that needs a person's decision suspends the replayed run as it did the recorded
+    // one; the recorded decision is given (as `Agent.decide` records one) and the run goes on.
+    // Each suspension needs a decision the recorded run has, so this ends.
+    const decisions = options.recorded.approvals.filter((r) => r._tag === "ApprovalDecided").length
+    for (let suspensions = 0;; suspensions++) {
+      const outcome = yield* Effect.either(Effect.catchTag(replaying, "Suspended", (suspended) => Effect.succeed(suspended)))
+      if (Either.isLeft(outcome)) return yield* outcome.left
+      if (!(outcome.right instanceof Suspended)) break
+      if (suspensions > decisions) return yield* outcome.right
+      yield* serveDecisions(options.recorded, outcome.right)
+    }
     const store = yield* RunLogStore
     const replayed = yield* store.readLog(options.request.runId)
     return compare(options.recorded, replayed)

@@ -236,7 +236,9 @@ export const recordKinds: ReadonlyArray<RecordKind> = [
 /**
  * A run's log as read back, each sequence in write order — except `results`, which are in step
  * order and, within a step, in call order (the results of a step whose actions ran concurrently
- * are written as each finishes; `fromRecords` puts them in call order).
+ * are written as each finishes; `fromRecords` puts them in call order and gives them their
+ * sequence numbers in call order too, so every reader — exports, replay's comparison, `verify`,
+ * `polyloop show` — sees the same log whatever order the calls finished in).
  */
 export const RunLog = Schema.Struct({
   started: Schema.OptionFromSelf(RunStarted),
@@ -323,16 +325,57 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
   return { started, replies, results: inCallOrder(results), steps, resumes, approvals, finished }
 }
 
-/** Results in step order and, within a step, in call order (sorted only when some are not). */
+/**
+ * Results in step order and, within a step, in call order (sorted only when some are not).
+ *
+ * The results of a concurrent step are written as each call completes (design 0150), so their
+ * sequence numbers follow completion order. As read, they follow call order (issue 29, design
+ * 0150 as amended): the numbers a step's results hold within one attempt — a run of consecutive
+ * numbers, nothing else is written between them — are given back to those results in call
+ * order. Every record keeps its place relative to every other record (a result written after a
+ * `RunResumed` still reads after it), the numbers stay 0, 1, 2, … with no gap, and two runs of
+ * one configuration read the same whatever order their calls finished in.
+ */
 const inCallOrder = (results: Array<ActionResulted>): Array<ActionResulted> => {
   for (let i = 1; i < results.length; i++) {
     const a = results[i - 1]!
     const b = results[i]!
-    if (a.step > b.step || (a.step === b.step && a.callIndex > b.callIndex)) {
-      return results.sort((x, y) => x.step - y.step || x.callIndex - y.callIndex)
-    }
+    if (a.step > b.step || (a.step === b.step && a.callIndex > b.callIndex)) return canonical(results)
   }
   return results
+}
+
+/** `inCallOrder`'s slow path: sorts, and renumbers each attempt's results of a step in call order. */
+const canonical = (results: Array<ActionResulted>): Array<ActionResulted> => {
+  // In write order, a segment is a run of results of one step with consecutive numbers.
+  const bySeq = results.slice().sort((x, y) => x.seq - y.seq)
+  const segmentOf = new Map<ActionResulted, number>()
+  let segment = 0
+  for (let i = 0; i < bySeq.length; i++) {
+    const r = bySeq[i]!
+    const previous = bySeq[i - 1]
+    if (previous !== undefined && (previous.step !== r.step || previous.seq + 1 !== r.seq)) segment++
+    segmentOf.set(r, segment)
+  }
+  // Each segment's numbers, ascending, go to its results in call order.
+  const numbers = new Map<number, Array<number>>()
+  for (const r of bySeq) {
+    const s = segmentOf.get(r)!
+    const list = numbers.get(s)
+    if (list === undefined) numbers.set(s, [r.seq])
+    else list.push(r.seq)
+  }
+  const sorted = results.sort((x, y) => x.step - y.step || x.callIndex - y.callIndex)
+  const taken = new Map<number, number>()
+  for (let i = 0; i < sorted.length; i++) {
+    const r = sorted[i]!
+    const s = segmentOf.get(r)!
+    const k = taken.get(s) ?? 0
+    taken.set(s, k + 1)
+    const seq = numbers.get(s)![k]!
+    if (seq !== r.seq) sorted[i] = { ...r, seq }
+  }
+  return sorted
 }
 
 /** The results of each step that has some, in call order. */

@@ -11,6 +11,7 @@ import { ReplayPolicy } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import { Budget } from "./Budget.js"
 import type { SnapshotDifference } from "./Errors.js"
+import * as HistoryPolicy from "./HistoryPolicy.js"
 import { ModelSettings } from "./ModelSettings.js"
 import * as SyntheticObservations from "./SyntheticObservations.js"
 import { approvalDescription } from "./Tool.js"
@@ -48,7 +49,9 @@ export const Snapshot = Schema.Struct({
     observationLimit: Schema.NullOr(Schema.Int),
     historyRendering: AgentDefinition.HistoryRendering,
     /** Whether a step runs several calls of a reply (design 0150); absent in snapshots of version-1 logs, read as false. */
-    parallelToolCalls: Schema.Boolean
+    parallelToolCalls: Schema.Boolean,
+    /** The history policy (design 0260); absent: keep everything (every snapshot recorded before it). */
+    history: Schema.optional(HistoryPolicy.HistoryPolicy)
   }),
   task: Schema.String,
   tools: Schema.Array(SnapshotTool),
@@ -97,7 +100,9 @@ export const agentPart = (
   syntheticObservations: syntheticOf(agent, tools),
   observationLimit: agent.observationLimit ?? null,
   historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering,
-  parallelToolCalls: agent.parallelToolCalls ?? defaultParallelToolCalls
+  parallelToolCalls: agent.parallelToolCalls ?? defaultParallelToolCalls,
+  // Absent for keep-everything, so the snapshots (and hashes) of such runs are what they were.
+  ...(agent.history === undefined || agent.history._tag === "KeepAll" ? {} : { history: agent.history })
 })
 
 /** The tools part of a snapshot: the registry's model view with replay policies, completion markers and approvals. */

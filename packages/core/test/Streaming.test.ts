@@ -101,12 +101,11 @@ const comparable = (log: import("@polyloop/core/RunLog").RunLog) => ({
 const deltasOf = (events: ReadonlyArray<LoopEvent>) =>
   events.filter((e): e is Extract<LoopEvent, { _tag: "ModelDelta" }> => e._tag === "ModelDelta")
 
-/** Replies as every client returns them: a call has an id; the text is the refusal when there is no other. */
+/** Replies as every client returns them (a call's id may be empty); the text is the refusal when there is no other. */
 const replyArbitrary = Arbitrary.make(ModelReply.ModelReply).map((reply) =>
   // An absent field, not one present as `undefined` (what clients return).
   Object.fromEntries(Object.entries(reply).filter(([, value]) => value !== undefined)) as ModelReply.ModelReply
 ).filter((reply) =>
-  reply.toolCalls.every((call) => call.id !== "") &&
   (reply.refusal === undefined || reply.text !== "") &&
   reply.refusal !== "" && reply.reasoning !== "" &&
   // `make` keeps a raw word only when it differs from its normalisation.
@@ -134,7 +133,8 @@ describe("ModelDelta.fold", () => {
     assert.deepStrictEqual(reply, {
       text: "I cannot.",
       refusal: "I cannot.",
-      toolCalls: [{ id: "call_x", name: "a", argumentsText: "{}" }, { id: "call_1", name: "b", argumentsText: "{\"y\":2}" }],
+      // A call without an id keeps the empty one: the loop gives it `call_<step>_<index>` (issue 29).
+      toolCalls: [{ id: "call_x", name: "a", argumentsText: "{}" }, { id: "", name: "b", argumentsText: "{\"y\":2}" }],
       usage,
       finishReason: "stop",
       rawFinishReason: "end_turn"
@@ -179,6 +179,57 @@ describe("a streaming run", () => {
       assert.isTrue(between.every((e) => e.step === 0 && e.attempt === 0))
       assert.deepStrictEqual(ModelDelta.fold(between.map((e) => e.delta)), streamLog.replies[0]!.reply)
       assert.deepStrictEqual(ModelDelta.fold(deltasOf(events).filter((e) => e.step === 1).map((e) => e.delta)), streamLog.replies[1]!.reply)
+    }))
+
+  it.effect("a tool call without an id: one deterministic id, byte-identical logs with and without streaming, and the model is told the call's result", () =>
+    Effect.gen(function*() {
+      // A client of the user's own (neither ScriptedModel nor a shipped one) whose provider sends
+      // calls without ids, as Gemini's OpenAI endpoint does: the first reply calls twice.
+      const idless = [
+        ModelReply.make({
+          text: "",
+          toolCalls: [
+            { id: "", name: "lookup", argumentsText: "{\"word\":\"streaming\"}" },
+            { id: "", name: "lookup", argumentsText: "{\"word\":\"fold\"}" }
+          ],
+          usage
+        }),
+        ModelReply.make({ text: "", toolCalls: [{ id: "", name: "lookup", argumentsText: "{\"word\":\"id\"}" }], usage }),
+        ScriptedModel.text("Done.", usage)
+      ]
+      const seen: Array<ReadonlyArray<import("@polyloop/core/Message").Message>> = []
+      const serve = (request: ModelClient.ModelRequest) => {
+        seen.push(request.messages)
+        let step = 0
+        for (const m of request.messages) if (m._tag === "Assistant") step++
+        return idless[step]!
+      }
+      const plain = ModelClient.make((request) => Effect.sync(() => serve(request)))
+      const streamed: ModelClient.ModelClient.Service = {
+        generate: (request) => Effect.sync(() => serve(request)),
+        stream: (request) => Stream.suspend(() => Stream.fromIterable(ModelDelta.chunked(serve(request), 4)))
+      }
+      assert.isTrue(ModelClient.streams(streamed))
+      const logs: Array<string> = []
+      for (const [model, streaming] of [[plain, false], [plain, true], [streamed, true], [streamed, false]] as const) {
+        const store = yield* RunLogStore.makeMemory
+        yield* runWith("idless", model, store, EventSink.layerNoop, { streaming })
+        const log = yield* store.readLog(Ids.RunId.make("idless"))
+        logs.push(JSON.stringify(comparable(log)) + JSON.stringify(log.replies.map((r) => r.requestHash)))
+        // The logged replies carry the loop's ids; the actions and the history use the same.
+        assert.deepStrictEqual(log.replies.map((r) => r.reply.toolCalls.map((c) => c.id)), [["call_0", "call_0_1"], ["call_1"], []])
+        assert.deepStrictEqual(log.results.map((r) => r.action._tag === "ToolCall" ? r.action.id : ""), ["call_0", "call_0_1", "call_1"])
+      }
+      assert.strictEqual(new Set(logs).size, 1, "the four runs logged the same")
+      // The model was told each call's result, never "not run".
+      const last = seen[seen.length - 1]!
+      const tools = last.filter((m) => m._tag === "Tool")
+      assert.deepStrictEqual(tools.map((m) => [m.callId, m.text]), [
+        ["call_0", "streaming: a word"],
+        ["call_0_1", "fold: a word"],
+        ["call_1", "id: a word"]
+      ])
+      assert.isFalse(last.some((m) => m._tag === "User" && m.text.includes("a word")), "no observation is sent as a user message")
     }))
 
   it.live("a stream cut after half its chunks: no ModelReplied for it, the retry gives the whole reply, the run finishes", () =>

@@ -121,21 +121,32 @@ const readMessage = (message: Schema.Struct.Type<typeof wireMessageFields>) => {
 }
 
 /**
- * The usage as billed: the prompt tokens, and the completion tokens plus the reasoning tokens
- * when the server counts those outside the completion (its `total_tokens` says so: prompt +
- * completion + reasoning). Cached and reasoning counts are kept as details.
+ * The usage as billed (design 0140, amended by issue 29): the prompt tokens, and the completion
+ * tokens plus whatever the server's `total_tokens` counts beyond prompt + completion. That is
+ * the reasoning when the server counts it outside the completion: either its reasoning detail
+ * says so (total = prompt + completion + reasoning), or, with no reasoning detail that explains
+ * the difference (Gemini's OpenAI endpoint: total 109 for prompt 35 + completion 12, its
+ * thinking tokens in the total only; mozilla-ai/any-llm#1290), the difference is counted as
+ * reasoning output and recorded as `reasoningTokens`. Cached and reasoning counts are kept as
+ * details. A total below prompt + completion is ignored (the parts are what was billed).
  */
 export const readUsage = (usage: typeof WireUsage.Type | null | undefined): ModelReply.Usage => {
   if (usage === undefined || usage === null) return ModelReply.emptyUsage
   const cached = usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ?? undefined
-  const reasoning = usage.completion_tokens_details?.reasoning_tokens ?? undefined
-  const reasoningOutside = reasoning !== undefined && reasoning > 0 &&
-    usage.total_tokens === usage.prompt_tokens + usage.completion_tokens + reasoning
+  const detail = usage.completion_tokens_details?.reasoning_tokens ?? undefined
+  const beyond = usage.total_tokens === undefined || usage.total_tokens === null
+    ? 0
+    : Math.max(0, usage.total_tokens - usage.prompt_tokens - usage.completion_tokens)
+  // The detail explains the difference when it is the difference; otherwise the reasoning is
+  // inside the completion (OpenAI) and a difference left over is unexplained reasoning.
+  const detailOutside = detail !== undefined && detail > 0 && beyond === detail
+  const unexplained = detailOutside || (detail !== undefined && detail > 0) ? 0 : beyond
+  const reasoning = unexplained > 0 ? unexplained : detail
   return {
     inputTokens: usage.prompt_tokens,
-    outputTokens: usage.completion_tokens + (reasoningOutside ? reasoning : 0),
+    outputTokens: usage.completion_tokens + (detailOutside ? detail : 0) + unexplained,
     ...(cached === undefined || cached === null ? {} : { cachedInputTokens: cached }),
-    ...(reasoning === undefined || reasoning === null ? {} : { reasoningTokens: reasoning })
+    ...(reasoning === undefined ? {} : { reasoningTokens: reasoning })
   }
 }
 
@@ -183,8 +194,10 @@ export const parseCompletion = (body: string, endpoint: string): Either.Either<M
   const { reasoning, refusal, text } = readMessage(message)
   return Either.right(ModelReply.make({
     text: text === "" && refusal !== undefined ? refusal : text,
-    toolCalls: (message.tool_calls ?? []).map((call, index) => ({
-      id: nonEmpty(call.id) ?? `call_${index}`,
+    // A call without an id keeps the empty one: the loop gives it its deterministic id
+    // (`call_<step>`), the same whether the reply streamed or not (issue 29).
+    toolCalls: (message.tool_calls ?? []).map((call) => ({
+      id: call.id ?? "",
       name: call.function.name,
       argumentsText: argumentsText(call.function.arguments)
     })),

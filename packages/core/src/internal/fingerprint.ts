@@ -107,3 +107,36 @@ export const make = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettin
     }
   }
 }
+
+/**
+ * A fingerprinter for a history whose first `stable` messages never change again while the rest
+ * may (design 0260: a masked history's masked part, and the verbatim tail that is masked when
+ * the boundary moves). One running hash covers the stable part (it only grows); the tail is fed
+ * to a copy of it, and fed again from the new end of the stable part when that moves. @internal
+ */
+export interface RewindableFingerprinter {
+  readonly hash: (messages: ReadonlyArray<Message>, stable: number) => string
+}
+
+/** @internal */
+export const makeRewindable = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettings): RewindableFingerprinter => {
+  const suffix = suffixOf(tools, settings)
+  const base: Hash = createHash("sha256").update('{"messages":[', "utf8")
+  let baseFed = 0
+  let tail: Hash = base.copy()
+  let fed = 0
+  const feed = (hash: Hash, index: number, message: Message) => hash.update(index === 0 ? canonicalMessage(message) : `,${canonicalMessage(message)}`, "utf8")
+  return {
+    hash: (messages, stable) => {
+      // Not an extension of what was fed (a caller's own array): from scratch.
+      if (stable < baseFed || messages.length < stable || messages.length < fed) return ofRequest({ messages, tools, settings })
+      if (stable > baseFed) {
+        for (; baseFed < stable; baseFed++) feed(base, baseFed, messages[baseFed]!)
+        tail = base.copy()
+        fed = baseFed
+      }
+      for (; fed < messages.length; fed++) feed(tail, fed, messages[fed]!)
+      return tail.copy().update(suffix, "utf8").digest("hex")
+    }
+  }
+}

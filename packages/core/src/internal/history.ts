@@ -73,6 +73,21 @@ export const callIdOf = (action: Action, step: number, index: number = 0): strin
   action._tag === "ToolCall" && action.id !== "" ? action.id : syntheticCallId(step, index)
 
 /**
+ * A reply whose tool calls without an id (an empty one: Gemini's OpenAI endpoint, a client that
+ * does not invent ids, a scripted reply) get the deterministic one of the call at that index,
+ * `call_<step>` then `call_<step>_<index>` (issue 29). The loop applies it to every reply before
+ * it is logged, whatever the client and whether it streamed, so the logged reply, the history
+ * and the actions agree on one id; the same reply when every call has one. @internal
+ */
+export const assignReplyCallIds = (reply: ModelReply, step: number): ModelReply => {
+  const calls = reply.toolCalls
+  let missing = false
+  for (let i = 0; i < calls.length; i++) if (calls[i]!.id === "") missing = true
+  if (!missing) return reply
+  return { ...reply, toolCalls: calls.map((call, i) => (call.id === "" ? { ...call, id: syntheticCallId(step, i) } : call)) }
+}
+
+/**
  * A decision whose tool calls without an id get the deterministic one (`call_<step>`, then
  * `call_<step>_<index>`); the same decision when none lacks one. @internal
  */

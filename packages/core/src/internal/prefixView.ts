@@ -23,13 +23,30 @@ const refuse = (): never => {
   throw new TypeError("a ModelRequest's messages are read-only (copy them to change them)")
 }
 
-/** The traps of one view: its length is the only state (one small object per view). */
-class Prefix<A> implements ProxyHandler<Array<A>> {
-  constructor(readonly length: number) {}
+/** The first `length` items of `items` (all of them by default), as a read-only array. @internal */
+export const prefix = <A>(items: Array<A>, length: number = items.length): ReadonlyArray<A> =>
+  new Proxy(items, new Concat<A>(length, noItems, 0, 0))
+
+const noItems: ReadonlyArray<never> = []
+
+/**
+ * The traps of a view over two arrays: `head[0, headLength)` then `tail[tailStart, tailEnd)`
+ * (a prefix view is one with an empty tail). Its bounds are its only state: one small object per
+ * view.
+ */
+class Concat<A> implements ProxyHandler<Array<A>> {
+  readonly length: number
+  constructor(readonly headLength: number, readonly tail: ReadonlyArray<A>, readonly tailStart: number, tailEnd: number) {
+    this.length = headLength + (tailEnd - tailStart)
+  }
+  item(target: Array<A>, index: number): A | undefined {
+    if (index >= this.length) return undefined
+    return index < this.headLength ? target[index] : this.tail[this.tailStart + index - this.headLength]
+  }
   get(target: Array<A>, key: string | symbol, receiver: unknown): unknown {
     if (key === "length") return this.length
     const index = indexOf(key)
-    if (index !== undefined) return index < this.length ? target[index] : undefined
+    if (index !== undefined) return this.item(target, index)
     return Reflect.get(target, key, receiver)
   }
   has(target: Array<A>, key: string | symbol): boolean {
@@ -43,7 +60,7 @@ class Prefix<A> implements ProxyHandler<Array<A>> {
     if (key === "length") return { value: this.length, writable: true, enumerable: false, configurable: false }
     const index = indexOf(key)
     if (index === undefined) return Reflect.getOwnPropertyDescriptor(target, key)
-    return index < this.length ? { value: target[index], writable: false, enumerable: true, configurable: true } : undefined
+    return index < this.length ? { value: this.item(target, index), writable: false, enumerable: true, configurable: true } : undefined
   }
   set(): boolean {
     return refuse()
@@ -59,5 +76,10 @@ class Prefix<A> implements ProxyHandler<Array<A>> {
   }
 }
 
-/** The first `length` items of `items` (all of them by default), as a read-only array. @internal */
-export const prefix = <A>(items: Array<A>, length: number = items.length): ReadonlyArray<A> => new Proxy(items, new Prefix<A>(length))
+/**
+ * `head[0, headLength)` followed by `tail[tailStart, tailEnd)`, as one read-only array made in
+ * O(1) (design 0260: a masked history is its masked part, append-only, and the verbatim rest of
+ * the history, append-only too). Both arrays must only ever be appended to. @internal
+ */
+export const concat = <A>(head: Array<A>, headLength: number, tail: ReadonlyArray<A>, tailStart: number, tailEnd: number): ReadonlyArray<A> =>
+  new Proxy(head, new Concat<A>(headLength, tail, tailStart, tailEnd))

@@ -17,6 +17,7 @@ import type { ModelRequest, ToolDefinition } from "../ModelClient.js"
 import * as RunLog from "../RunLog.js"
 import * as Snapshot from "../Snapshot.js"
 import * as History from "./history.js"
+import * as Masking from "./masking.js"
 import { formatIssues } from "./issues.js"
 import * as State from "./state.js"
 
@@ -65,9 +66,22 @@ export const messages = (
   return Effect.map(State.rebuild(recorded.runId, prefix, initial, recorded.texts), (rebuilt) => rebuilt.state.messages)
 }
 
+/**
+ * The messages the recorded run sent at `step`: its history policy applied (design 0260) by the
+ * loop's own masker, over the state rebuilt from the steps before it. @internal
+ */
+export const sentAt = (recorded: Recorded, log: RunLog.RunLog, step: number): Effect.Effect<ReadonlyArray<Message.Message>, StoreError> => {
+  const policy = recorded.snapshot.agent.history
+  if (policy === undefined || policy._tag === "KeepAll") return messages(recorded, log, step)
+  const initial = History.initial(recorded.snapshot.agent.systemPrompt, recorded.started.task)
+  const prefix = RunLog.fromRecords([recorded.started, ...RunLog.recordsBeforeStep(log, step)])
+  return Effect.map(State.rebuild(recorded.runId, prefix, initial, recorded.texts), (rebuilt) =>
+    Masking.make(policy, recorded.tools, recorded.snapshot.agent.modelSettings).request(rebuilt.state).messages)
+}
+
 /** The request the recorded run sent at `step` (the step must have its earlier steps completed). @internal */
 export const requestAt = (recorded: Recorded, log: RunLog.RunLog, step: number): Effect.Effect<ModelRequest, StoreError> =>
-  Effect.map(messages(recorded, log, step), (msgs): ModelRequest =>
+  Effect.map(sentAt(recorded, log, step), (msgs): ModelRequest =>
     recorded.snapshot.agent.parallelToolCalls
       ? { messages: msgs, tools: recorded.tools, settings: recorded.snapshot.agent.modelSettings }
       : { messages: msgs, tools: recorded.tools, settings: recorded.snapshot.agent.modelSettings, parallelToolCalls: false })

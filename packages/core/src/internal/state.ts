@@ -21,6 +21,8 @@ export interface LastStep {
 /** Counters and history of a run in progress. Owned by the run's fiber only. @internal */
 export interface State {
   readonly messages: History.Messages
+  /** Where each completed step's messages start in `messages` (its `Assistant` message). */
+  readonly stepStarts: Array<number>
   /** Completed steps; also the index of the next step. */
   steps: number
   effectiveSteps: number
@@ -38,6 +40,7 @@ export interface State {
 /** The state of a fresh run, whose `RunStarted` has sequence number 0. @internal */
 export const fresh = (messages: History.Messages): State => ({
   messages,
+  stepStarts: [],
   steps: 0,
   effectiveSteps: 0,
   inputTokens: 0,
@@ -69,6 +72,7 @@ export const applyStep = (
   state.outputTokens += step.usage.outputTokens
   state.elapsed += step.elapsed
   state.last = { decision: step.decision, results }
+  state.stepStarts.push(state.messages.length)
   History.appendStep(state.messages, reply, step.decision, results, texts)
 }
 

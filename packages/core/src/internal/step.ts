@@ -6,8 +6,10 @@
  * together, atomically; then the step is rendered into history and its events are emitted.
  *
  * On resume of a step whose reply is logged but which did not complete, the calls with a logged
- * result are not run again; a call after an `EnvError` is not started; any other call is settled
- * by its replay policy (`"Always"` runs, `"Never"` is `NotExecuted` with the `interrupted` text).
+ * result are not run again; in a sequential step a call after an `EnvError` is not started (it
+ * provably never was); any other call — in a concurrent step, every call without a result — is
+ * settled by its replay policy (`"Always"` runs, `"Never"` is `NotExecuted` with the
+ * `interrupted` text).
  *
  * The code is a chain of `flatMap`s rather than `Effect.gen`: it runs once per step (and per
  * action), and a generator costs more than the work. A one-action step takes a path of its own
@@ -313,13 +315,13 @@ const concurrent = (
   const settled: Array<Pending | undefined> = new Array(n)
   // Appends are serialised: each takes the next sequence numbers.
   const lock = Effect.unsafeMakeSemaphore(1)
+  // Only an `EnvError` of this attempt stops new calls. On resume, an `EnvError` logged before
+  // says nothing about the calls without a result: up to `concurrency` of them ran beside it, in
+  // any order, so each is settled by its replay policy (issue 29), never "not started".
   let envFailed = false
   for (let i = 0; i < n; i++) {
     const logged = prior[i]
-    if (logged !== undefined) {
-      written[i] = logged
-      if (logged.outcome.status === "EnvError") envFailed = true
-    }
+    if (logged !== undefined) written[i] = logged
   }
   const each = (i: number): Effect.Effect<void, LoopError> =>
     Effect.suspend(() => {

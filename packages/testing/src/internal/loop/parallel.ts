@@ -288,11 +288,17 @@ export const register = (ctx: SuiteContext): void => {
             ? Deferred.succeed(lastDone, undefined)
             : Effect.void
         const model = yield* ScriptedModel.make([calls(["fetch", { x: "a" }], ["fetch", { x: "b" }], ["fetch", { x: "c" }]), say("done")])
-        const result = yield* h.run(request("concurrent-1", b.tools, { actionConcurrency: 3 }), { model: model.layer, parser: native })
+        const sink = recordingSink()
+        const result = yield* h.run(request("concurrent-1", b.tools, { actionConcurrency: 3 }), { model: model.layer, parser: native, sink: sink.layer })
         assert.deepStrictEqual(result.stopReason, { _tag: "Completed", by: "Answer", answer: "done" })
         const log = yield* h.log(Ids.runId("concurrent-1"))
         assert.deepStrictEqual(log.results.map((r) => r.callIndex), [0, 1, 2], "read back in call order")
-        assert.isTrue(log.results[0]!.seq > log.results[2]!.seq, "written as each completed (call 0 last)")
+        // Read back with their sequence numbers in call order too (issue 29): the log is the same
+        // whatever order the calls finished in.
+        assert.deepStrictEqual(log.results.map((r) => r.seq), [2, 3, 4])
+        // Written as each completed (call 0 last): `ActionExecuted` follows each durable write.
+        const executed = sink.events.flatMap((e) => (e._tag === "ActionExecuted" ? [e.callIndex] : []))
+        assert.strictEqual(executed[executed.length - 1], 0, "call 0 was written last")
         assert.deepStrictEqual(log.steps[0]!.resultIds, [0, 1, 2].map((i) => Ids.resultIdFor(0, i)))
         const history = (yield* model.requests)[1]!.request.messages.slice(3)
         assert.deepStrictEqual(history.map((m) => (m._tag === "Tool" ? m.text : m._tag)), ["fetched a", "fetched b", "fetched c"])
