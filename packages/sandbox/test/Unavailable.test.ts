@@ -8,6 +8,9 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Sandbox from "@polyloop/sandbox/Sandbox"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { ensureTools, run, testOptions } from "./support.js"
 
 beforeAll(ensureTools, 600_000)
@@ -37,6 +40,18 @@ describe("Sandbox.layer", () => {
       const error = yield* build({ bwrap: "/bin/false" })
       assert.strictEqual(error._tag, "SandboxUnavailable")
       assert.include(error.detail, "exited before it was ready")
+    }))
+
+  it.scopedLive("user namespaces refused (a bwrap that says so): SandboxUnavailable { missing: user namespaces } with its words", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-fake-bwrap-"))
+      fs.chmodSync(dir, 0o755)
+      const fake = path.join(dir, "bwrap")
+      fs.writeFileSync(fake, "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n", { mode: 0o755 })
+      const error = yield* build({ bwrap: fake })
+      fs.rmSync(dir, { recursive: true, force: true })
+      assert.strictEqual(error.missing, "user namespaces")
+      assert.include(error.detail, "setting up uid map: Permission denied")
     }))
 
   it.scopedLive("a store without blobs: SandboxUnavailable { missing: blob store }", () =>
