@@ -542,6 +542,9 @@ export const make = (
               // Interruption: the interpreters are killed and the session forgotten; the next
               // action restores from the log's last executed snapshot. Nothing is caught.
               Effect.onInterrupt(() => dispose(session)),
+              // final_answer ends the run: its interpreters and workspace are released (an action
+              // that still comes restores from the snapshot just stored).
+              Effect.tap((outcome) => (outcome.envReportedCompletion ? dispose(session) : Effect.void)),
               Effect.catchTag("SessionFailure", (failure) =>
                 Effect.as(dispose(session), ActionOutcome.envError(`sandbox: ${hostPathsOut(failure.message, session)}`)))
             )
