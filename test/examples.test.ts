@@ -21,7 +21,7 @@ const tsxCli = createRequire(import.meta.url).resolve("tsx/cli")
 
 const cleanEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = { ...process.env }
-  for (const name of ["POLYLOOP_API_KEY", "POLYLOOP_BASE_URL", "POLYLOOP_MODEL", "CODE_AGENT_RUNTIME", "FORCE_COLOR"]) delete env[name]
+  for (const name of ["POLYLOOP_API_KEY", "POLYLOOP_BASE_URL", "POLYLOOP_MODEL", "CODE_AGENT_RUNTIME", "CODE_AGENT_PYTHON", "FORCE_COLOR"]) delete env[name]
   return env
 }
 
@@ -49,26 +49,25 @@ describe("examples", () => {
     assert.match(out, /^tool-agent-1\/3\/call_3 {2}replace_in_file policy\.md\ntool-agent-1\/5\/call_5 {2}append_to_file CHANGELOG\.md$/m)
   })
 
-  it("code-agent.ts: errors, a timeout and an invalid reply are observations; final_answer completes the run", async () => {
+  it("code-agent.ts: a Python CSV analysis in the sandbox, killed after a snapshot and resumed in a new process, completes by final_answer", async () => {
     const result = await example("code-agent.ts")
-    assert.strictEqual(result.code, 0, result.stderr)
+    assert.strictEqual(result.code, 0, `${result.stdout}\n${result.stderr}`)
     const out = result.stdout
-    assert.match(out, /step 0: javascript code[\s\S]*?Executed:[\s\S]*?ReferenceError: primes is not defined[\s\S]*?exit code 1/)
-    assert.match(out, /step 1: javascript code[\s\S]*?Executed:\n\s+> TimeLimit: the code ran longer than 2s and was stopped/)
-    assert.match(out, /step 2: InvalidDecision \(fed back\): Your reply contains no javascript code block/)
-    assert.match(out, /> 1229 5736396/)
-    assert.match(out, /Executed \(reports completion\):[\s\S]*final answer: "1229 primes, summing to 5736396"/)
-    assert.match(out, /^stop: Completed\(Environment\)$/m)
-    assert.notMatch(out, /node:internal|Node\.js v\d/, "observations hold nothing machine-specific")
+    assert.match(out, /child \| {5}> 7 \{'region': 'north', 'product': 'widget', 'amount': '120\.50'\}/)
+    assert.match(out, /child \| {5}> TypeError: unsupported operand type\(s\) for \+: 'int' and 'str'/)
+    assert.match(out, /\(killing this process with SIGKILL after the snapshot of step 2\)\n\(child exited: SIGKILL\)/)
+    assert.match(out, /child \| resumed from step 2/)
+    assert.match(out, /child \| {5}> \{'north': 195\.75, 'south': 179\.99, 'east': 210\.01\}/, "the restored rows are there after the resume")
+    assert.match(out, /child \| {3}Executed \(reports completion\):\nchild \| {5}> east: 210\.01/)
+    assert.match(out, /^child \| stop: Completed\(Environment\)$/m)
+    assert.notMatch(out, /polyloop-sandbox-|\/tmp\//, "observations hold no host path")
   })
 
-  it("code-agent.ts: a runtime that cannot start is EnvError, and the run ends", async () => {
-    const result = await example("code-agent.ts", { env: { CODE_AGENT_RUNTIME: "/no/such/runtime" } })
+  it("code-agent.ts: no interpreter is SandboxUnavailable, naming it, before any step", async () => {
+    const result = await example("code-agent.ts", { env: { CODE_AGENT_PYTHON: "/no/such/python3" } })
     assert.strictEqual(result.code, 1)
-    assert.match(result.stdout, /EnvError:\n\s+> The environment failed while running javascript; the run cannot continue\./)
-    assert.match(result.stdout, /kept for audit: cannot start \/no\/such\/runtime: .*ENOENT/)
-    assert.match(result.stdout, /^stop: EnvError$/m)
-    assert.match(result.stdout, /^steps: 1 \(0 effective\)$/m)
+    assert.match(result.stdout, /SandboxUnavailable: the code sandbox cannot be set up: interpreter — \/no\/such\/python3 was not found/)
+    assert.notMatch(result.stdout, /step 0:/)
   })
 
   it("crash-and-resume.ts: a child killed by SIGKILL mid-step, resumed, and no tool ran twice", async () => {

@@ -43,6 +43,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type * as Arr from "effect/Array"
+import * as Blobs from "./Blobs.js"
 import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
 import * as Approvals from "./internal/approvals.js"
@@ -194,6 +195,11 @@ export declare namespace RunLogStore {
      * Stores built by `make` over a backend with `search` have it.
      */
     readonly searchRuns?: (query: SearchQuery) => Effect.Effect<ReadonlyArray<SearchHit>, StoreError>
+    /**
+     * Content-addressed blobs and per-run refs in the same store (design 0250), when the backend
+     * has them (stores built by `make` over the memory or SQL backends do).
+     */
+    readonly blobs?: Blobs.Service
   }
 }
 
@@ -221,6 +227,8 @@ export interface Backend {
   readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
   /** `searchRuns` (design 0241); a backend without a query language may leave it out. */
   readonly search?: (query: SearchQuery) => Effect.Effect<ReadonlyArray<SearchHit>, StoreError>
+  /** Content-addressed blobs and refs (design 0250); optional. */
+  readonly blobs?: Blobs.Backend
 }
 
 const encodeRecordEither = RecordJson.makeEncoder(RunLog.RunRecord)
@@ -422,7 +430,8 @@ export const make = (backend: Backend): RunLogStore.Service => {
     appendApprovals: (runId, records) => append(runId, records),
     listRuns: (query) => backend.listRuns(query ?? {}),
     claim: (runId) => backend.claim(runId),
-    ...(backend.search === undefined ? {} : { searchRuns: backend.search })
+    ...(backend.search === undefined ? {} : { searchRuns: backend.search }),
+    ...(backend.blobs === undefined ? {} : { blobs: Blobs.make(backend.blobs) })
   }
 }
 
@@ -478,12 +487,13 @@ export const makeLocalClaims = (): Backend["claim"] => {
     )
 }
 
-/** An in-memory backend: JSON texts in a map; claims in a set. Each call makes a fresh store. */
+/** An in-memory backend: JSON texts in a map; claims in a set; blobs (design 0250). Each call makes a fresh store. */
 export const makeMemoryBackend = (): Backend => {
   const logs = new Map<string, Array<string>>()
   const decoded = new Map<string, Array<RunLog.RunRecord>>()
   const claim = makeLocalClaims()
   return {
+    blobs: Blobs.makeMemoryBackend(),
     read: (runId) => Effect.sync(() => logs.get(runId)?.slice() ?? []),
     append: (runId, records) =>
       Effect.suspend(() => {

@@ -40,6 +40,11 @@ export * as HistoryPolicy from "./HistoryPolicy.js"
 export * as Approval from "./Approval.js"
 
 /**
+ * Content-addressed blobs in the run store (design 0250): byte strings keyed by their SHA-256, stored once however often they are put, and per-run *refs* — names that point at a blob (`sandbox/00000003` → a snapshot's manifest). A capability of a store, optional like `appendRecords`: `RunLogStore.Backend.blobs` is what an adapter implements, `Blobs.make` the front every backend gets (hashing, the hash checked on read, spans).
+ */
+export * as Blobs from "./Blobs.js"
+
+/**
  * The four budget items (the seeds: "budget is four items, not two counters").
  */
 export * as Budget from "./Budget.js"

@@ -15,6 +15,11 @@ export * as ActionExecutorContract from "./ActionExecutorContract.js"
 export * as AgentLoopSuite from "./AgentLoopSuite.js"
 
 /**
+ * The contract of a store's blobs (design 0250), for any `RunLogStore` whose `blobs` capability is set: `BlobsContract.suite("my store", myStore, options)`. Blobs read back byte for byte under the SHA-256 of their bytes; putting the same bytes twice gives the same hash; a hash never put reads as `None`; `has` names exactly the stored ones; refs are replaced by name, listed by prefix in name order, and two runs never see each other's refs; and, with `survivesRestart`, all of it reads back after the storage is reopened.
+ */
+export * as BlobsContract from "./BlobsContract.js"
+
+/**
  * The `DecisionParser` contract suite (SPEC §5, design 0007 decision 3): on any reply — arbitrary unicode, lone surrogates, empty, huge, dense in the syntax parsers react to, plus replies in the caller's own format — `parse` never fails and never dies, returns a valid `ParsedReply`, and is deterministic (resume re-parses); `id` is stable. The suite never assumes an action language: the caller's well-formed replies come in through `replies`.
  */
 export * as DecisionParserContract from "./DecisionParserContract.js"

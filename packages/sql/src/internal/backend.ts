@@ -13,6 +13,7 @@
  * - `polyloop_runs`: one summary row per run, inserted with `RunStarted` and updated with each
  *   append, atomically with it (`summary.ts`), so `listRuns` is one query.
  * - `polyloop_claims(run_id, owner, expires_at)`: leases (`lease.ts`).
+ * - `polyloop_blobs`, `polyloop_refs`: content-addressed blobs and per-run refs (`blobs.ts`, design 0250).
  *
  * @internal
  */
@@ -26,6 +27,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import type { Options } from "../SqlRunLogStore.js"
 import * as Approvals from "./approvals.js"
+import * as Blobs from "./blobs.js"
 import { isAppendRefused, isUniqueViolation } from "./errors.js"
 import * as Lease from "./lease.js"
 import * as Statements from "./statements.js"
@@ -198,5 +200,5 @@ const makeSync = (
       Effect.withSpan("SqlRunLogStore.search")
     )
 
-  return { read, append, listRuns, claim: leases.claim, search }
+  return { read, append, listRuns, claim: leases.claim, search, blobs: Blobs.make(statements) }
 }

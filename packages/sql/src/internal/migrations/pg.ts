@@ -11,6 +11,7 @@
  *   one statement; PostgreSQL does the same without a schema change, with data-modifying `WITH`
  *   clauses (`SqlRunLogStore`). The version is recorded so that one number means one store
  *   version in both dialects.
+ * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0250.
  *
  * Records are stored as `text` (the exact JSON the record Schemas encode), not `jsonb`, so a log
  * reads back byte for byte. Epoch milliseconds are `bigint` (claims) or `double precision`
@@ -81,9 +82,29 @@ LEFT JOIN polyloop_records f ON f.run_id = s.run_id AND f.kind = 'RunFinished'
 WHERE s.kind = 'RunStarted'`
 })
 
+/**
+ * Version 4 (design 0250): content-addressed blobs (`hash` the SHA-256 of `data`, stored once) and
+ * per-run refs naming a blob. No existing data changes.
+ */
+const blobs = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE polyloop_blobs (
+  hash TEXT PRIMARY KEY NOT NULL,
+  size BIGINT NOT NULL,
+  data BYTEA NOT NULL
+)`
+  yield* sql`CREATE TABLE polyloop_refs (
+  run_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  PRIMARY KEY (run_id, name)
+)`
+})
+
 /** The PostgreSQL migrations, keyed `<id>_<name>` (the same versions as SQLite's). */
 export const migrations: Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>> = {
   "1_create_records": createRecords,
   "2_run_summaries": runSummaries,
-  "3_append_view": Effect.void
+  "3_append_view": Effect.void,
+  "4_blobs": blobs
 }

@@ -12,6 +12,7 @@
  *   statement — creates the summary row with `RunStarted`, checks the sequence number and the
  *   lease, inserts the record, updates the summary. One statement is atomic by itself, so the
  *   append needs no `BEGIN`/`COMMIT` of its own. No data changes.
+ * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0250.
  *
  * @internal
  */
@@ -115,9 +116,29 @@ BEGIN
 END`)
 })
 
+/**
+ * Version 4 (design 0250): content-addressed blobs (`hash` the SHA-256 of `data`, stored once) and
+ * per-run refs naming a blob. No existing data changes.
+ */
+const blobs = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE polyloop_blobs (
+  hash TEXT PRIMARY KEY NOT NULL,
+  size BIGINT NOT NULL,
+  data BLOB NOT NULL
+)`
+  yield* sql`CREATE TABLE polyloop_refs (
+  run_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  PRIMARY KEY (run_id, name)
+)`
+})
+
 /** The SQLite migrations, keyed `<id>_<name>`. */
 export const migrations: Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>> = {
   "1_create_records": createRecords,
   "2_run_summaries": runSummaries,
-  "3_append_view": appendView
+  "3_append_view": appendView,
+  "4_blobs": blobs
 }

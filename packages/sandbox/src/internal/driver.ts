@@ -1,0 +1,363 @@
+/**
+ * One interpreter process of a session (design 0250, decision 1): the driver started inside
+ * bubblewrap (or, named explicitly, as a plain child), through `@effect/platform`'s `Command`.
+ * Requests go to its standard input as JSON lines; replies come back as JSON lines on its
+ * standard error; the code's output (standard output and error merged by the driver) is read from
+ * its standard output by an `Output` collector that keeps the first `limit` characters, counts the
+ * rest, and ends the action's output at the boundary token the driver writes after it.
+ *
+ * @internal
+ */
+import * as Command from "@effect/platform/Command"
+import type * as CommandExecutor from "@effect/platform/CommandExecutor"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { StringDecoder } from "node:string_decoder"
+import { SessionFailure } from "./failure.js"
+
+/** The languages the sandbox runs. */
+export type Language = "python" | "javascript"
+
+/** Where the tools are and what the sandbox may use. */
+export interface Environment {
+  readonly isolation: "bubblewrap" | "none"
+  readonly bwrap: string
+  readonly prlimit: string
+  /** `setpriv`, used to start the sandbox as `nobody` when the host process is root. */
+  readonly setpriv: string | undefined
+  readonly python: string
+  readonly node: string
+  /** The directory holding the drivers (bound read-only). */
+  readonly drivers: string
+  readonly memoryBytes: number
+  readonly maxProcesses: number
+  readonly maxFileBytes: number
+  readonly maxOpenFiles: number
+}
+
+/** The sandbox's view of the session's directories. */
+export const sandboxWorkspace = "/workspace"
+const sandboxDrivers = "/.polyloop/driver"
+const sandboxState = "/.polyloop/state"
+
+/** The uid and gid the sandbox runs as when the host is root. */
+export const nobody = { uid: 65534, gid: 65534 } as const
+
+/** Whether the host process is root (the sandbox then drops to `nobody` through `setpriv`). */
+export const hostIsRoot = (): boolean => typeof process.getuid === "function" && process.getuid() === 0
+
+/** The state file of a language, inside the sandbox and on the host. */
+export const stateFile = (language: Language) => `${language}.state`
+
+/** Paths of one session on the host. */
+export interface SessionDirs {
+  readonly workspace: string
+  readonly state: string
+}
+
+/** What the interpreter sees as its paths (bwrap) or the host paths (none). */
+export const viewOf = (env: Environment, dirs: SessionDirs) =>
+  env.isolation === "bubblewrap"
+    ? { workspace: sandboxWorkspace, state: sandboxState, drivers: sandboxDrivers }
+    : { workspace: dirs.workspace, state: dirs.state, drivers: env.drivers }
+
+const systemLinks = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+
+/** The bubblewrap arguments of a session (see design 0250 for each). */
+const bwrapArgs = (env: Environment, dirs: SessionDirs, interpreter: string): Array<string> => {
+  const args = [
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--hostname", "sandbox",
+    "--ro-bind", "/usr", "/usr"
+  ]
+  for (const link of systemLinks) {
+    let stat: fs.Stats
+    try {
+      stat = fs.lstatSync(link)
+    } catch {
+      continue
+    }
+    if (stat.isSymbolicLink()) args.push("--symlink", fs.readlinkSync(link), link)
+    else if (stat.isDirectory()) args.push("--ro-bind", link, link)
+  }
+  // An interpreter installed outside /usr (e.g. a node under /opt): its prefix, read-only.
+  const real = fs.realpathSync(interpreter)
+  if (!real.startsWith("/usr/")) {
+    const prefix = path.dirname(path.dirname(real))
+    args.push("--ro-bind", prefix, prefix)
+  }
+  args.push(
+    "--proc", "/proc",
+    "--dev", "/dev",
+    "--tmpfs", "/tmp",
+    "--dir", "/.polyloop",
+    "--ro-bind", env.drivers, sandboxDrivers,
+    "--bind", dirs.state, sandboxState,
+    "--bind", dirs.workspace, sandboxWorkspace,
+    "--chdir", sandboxWorkspace
+  )
+  return args
+}
+
+/**
+ * V8 reserves address space it never uses (code range, cages): Node gets `memoryBytes` as its
+ * heap limit (`--max-old-space-size`, three quarters of it) and 3 GiB more address space.
+ */
+const nodeReserve = 3 * 1024 * 1024 * 1024
+
+const limits = (env: Environment, language: Language): Array<string> => [
+  `--as=${language === "javascript" ? env.memoryBytes + nodeReserve : env.memoryBytes}`,
+  `--nproc=${env.maxProcesses}`,
+  `--fsize=${env.maxFileBytes}`,
+  `--nofile=${env.maxOpenFiles}`,
+  "--core=0"
+]
+
+/** The interpreter's command line (inside the sandbox's view). */
+const interpreterArgs = (env: Environment, language: Language, drivers: string): Array<string> =>
+  language === "python"
+    ? [env.python, "-I", "-u", path.join(drivers, "python.py")]
+    : [env.node, `--max-old-space-size=${Math.max(32, Math.floor((env.memoryBytes * 0.75) / (1024 * 1024)))}`, path.join(drivers, "javascript.cjs")]
+
+/** The whole command of a session's interpreter. */
+export const commandOf = (env: Environment, dirs: SessionDirs, language: Language): Command.Command => {
+  const view = viewOf(env, dirs)
+  const interpreter = interpreterArgs(env, language, view.drivers)
+  const limited = [env.prlimit, ...limits(env, language), "--", ...interpreter]
+  const argv = env.isolation === "bubblewrap"
+    ? [
+      ...(env.setpriv !== undefined && hostIsRoot()
+        ? [env.setpriv, `--reuid=${nobody.uid}`, `--regid=${nobody.gid}`, "--clear-groups", "--inh-caps=-all", "--"]
+        : []),
+      env.bwrap,
+      ...bwrapArgs(env, dirs, language === "python" ? env.python : env.node),
+      "--",
+      ...limited
+    ]
+    : limited
+  const [head, ...rest] = argv
+  const command = Command.make(head!, ...rest).pipe(
+    Command.env({
+      PATH: "/usr/local/bin:/usr/bin:/bin",
+      HOME: view.workspace,
+      TMPDIR: "/tmp",
+      LANG: "C.UTF-8",
+      PYTHONDONTWRITEBYTECODE: "1",
+      PYTHONHASHSEED: "0"
+    }, { extendEnv: false }),
+    Command.workingDirectory(dirs.workspace)
+  )
+  return command
+}
+
+/**
+ * The output of the current action: the first `limit` characters kept, the rest counted; ends at
+ * the boundary token. Between actions, output is dropped.
+ */
+export class Output {
+  private kept = ""
+  private truncated = 0
+  private decoder = new StringDecoder("utf8")
+  private boundary: Buffer | undefined
+  private carry: Buffer = Buffer.alloc(0)
+  private done: Deferred.Deferred<void> | undefined
+
+  constructor(private readonly limit: number) {}
+
+  /** Starts collecting one action's output, ending at `boundary`. */
+  begin(boundary: string, done: Deferred.Deferred<void>): void {
+    this.kept = ""
+    this.truncated = 0
+    this.decoder = new StringDecoder("utf8")
+    this.boundary = Buffer.from(boundary, "utf8")
+    this.carry = Buffer.alloc(0)
+    this.done = done
+  }
+
+  private add(text: string): void {
+    if (text.length === 0) return
+    const room = this.limit - this.kept.length
+    if (room >= text.length) this.kept += text
+    else {
+      if (room > 0) this.kept += text.slice(0, room)
+      this.truncated += text.length - Math.max(0, room)
+    }
+  }
+
+  /** Feeds a chunk of the process's standard output. */
+  feed(chunk: Uint8Array): void {
+    const boundary = this.boundary
+    if (boundary === undefined) return
+    const data = this.carry.length === 0 ? Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength) : Buffer.concat([this.carry, chunk])
+    const at = data.indexOf(boundary)
+    if (at >= 0) {
+      this.add(this.decoder.write(data.subarray(0, at)))
+      this.add(this.decoder.end())
+      this.boundary = undefined
+      this.carry = Buffer.alloc(0)
+      const done = this.done
+      this.done = undefined
+      if (done !== undefined) Deferred.unsafeDone(done, Exit.void)
+      return
+    }
+    const keep = Math.min(data.length, boundary.length - 1)
+    this.add(this.decoder.write(data.subarray(0, data.length - keep)))
+    this.carry = Buffer.from(data.subarray(data.length - keep))
+  }
+
+  /** What was collected so far (the action ended or was cut short). */
+  result(): { readonly text: string; readonly truncated: number } {
+    if (this.boundary !== undefined) {
+      this.add(this.decoder.write(this.carry))
+      this.add(this.decoder.end())
+      this.boundary = undefined
+      this.carry = Buffer.alloc(0)
+    }
+    return { text: this.kept, truncated: this.truncated }
+  }
+}
+
+/** A running interpreter. */
+export interface Live {
+  readonly language: Language
+  readonly process: CommandExecutor.Process
+  readonly scope: Scope.CloseableScope
+  readonly output: Output
+  /** Lines of the reply channel; `null` once it ended (the process is gone). */
+  readonly replies: Queue.Queue<string | null>
+  readonly input: Queue.Queue<Uint8Array>
+  /** The last lines on the reply channel that were not replies (bwrap's and the runtime's own messages). */
+  readonly diagnostics: Array<string>
+  readonly ready: Record<string, unknown>
+  nextId: number
+}
+
+const signalNames = new Map<number, string>(Object.entries(os.constants.signals).map(([name, n]) => [n, name]))
+
+/** How the process ended, in words (`status 3`, `signal SIGKILL`). */
+export const exitOf = (live: Live): Effect.Effect<{ readonly code?: number; readonly signal?: string }> =>
+  Effect.map(Effect.either(live.process.exitCode), (exit) => {
+    if (exit._tag === "Right") {
+      // bubblewrap exits with 128 + n when the sandboxed process died of signal n.
+      const code = exit.right
+      const signal = code > 128 ? signalNames.get(code - 128) : undefined
+      return signal === undefined ? { code } : { signal }
+    }
+    const signal = /signal: (\w+)/.exec(String(exit.left.message))?.[1]
+    return signal === undefined ? {} : { signal }
+  })
+
+/** The JSON reply of request `id`, or `undefined` when the reply channel ended first. */
+export const awaitReply = (live: Live, id: number): Effect.Effect<Record<string, unknown> | undefined> =>
+  Effect.gen(function*() {
+    while (true) {
+      const line = yield* Queue.take(live.replies)
+      if (line === null) {
+        // Keep the end marker for whoever waits next.
+        yield* Queue.offer(live.replies, null)
+        return undefined
+      }
+      let message: unknown
+      try {
+        message = JSON.parse(line)
+      } catch {
+        message = undefined
+      }
+      if (typeof message === "object" && message !== null && !Array.isArray(message)) {
+        const record = message as Record<string, unknown>
+        if (record.id === id) return record
+        if (record.ready === true || "id" in record) continue
+      }
+      live.diagnostics.push(line.length > 500 ? `${line.slice(0, 500)}…` : line)
+      if (live.diagnostics.length > 20) live.diagnostics.shift()
+    }
+  })
+
+/** Sends a request; returns its id. */
+export const send = (live: Live, request: Record<string, unknown>): Effect.Effect<number> =>
+  Effect.suspend(() => {
+    const id = live.nextId++
+    return Effect.as(Queue.offer(live.input, Buffer.from(`${JSON.stringify({ ...request, id })}\n`, "utf8")), id)
+  })
+
+/** Kills the process tree (bwrap's pid namespace goes with it) and closes its scope. */
+export const kill = (live: Live): Effect.Effect<void> =>
+  Effect.zipRight(
+    Effect.ignore(Effect.timeout(live.process.kill("SIGKILL"), "5 seconds")),
+    Scope.close(live.scope, Exit.void)
+  )
+
+/**
+ * Starts the interpreter of `language` for a session and waits for the driver's `ready`
+ * (within `startTimeout`). Fails with `SessionFailure { reason: "Start" }` naming what the
+ * sandbox or interpreter said.
+ */
+export const start = (
+  env: Environment,
+  dirs: SessionDirs,
+  language: Language,
+  outputLimit: number,
+  startTimeout: number
+): Effect.Effect<Live, SessionFailure, CommandExecutor.CommandExecutor> =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const input = yield* Queue.unbounded<Uint8Array>()
+    const replies = yield* Queue.unbounded<string | null>()
+    const command = commandOf(env, dirs, language).pipe(Command.stdin(Stream.fromQueue(input)))
+    const started = yield* Scope.extend(Command.start(command), scope).pipe(
+      Effect.mapError((error) => new SessionFailure({ reason: "Start", message: `the ${language} sandbox could not be started: ${error.message}` })),
+      Effect.tapError(() => Scope.close(scope, Exit.void))
+    )
+    const output = new Output(outputLimit)
+    yield* Scope.extend(
+      Effect.forkScoped(Stream.runForEach(started.stdout, (chunk) => Effect.sync(() => output.feed(chunk))).pipe(Effect.ignore)),
+      scope
+    )
+    yield* Scope.extend(
+      Effect.forkScoped(
+        started.stderr.pipe(
+          Stream.decodeText(),
+          Stream.splitLines,
+          Stream.runForEach((line) => Queue.offer(replies, line)),
+          Effect.ignore,
+          Effect.zipRight(Queue.offer(replies, null))
+        )
+      ),
+      scope
+    )
+    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, nextId: 1 }
+    const ready = yield* Effect.gen(function*() {
+      while (true) {
+        const line = yield* Queue.take(replies)
+        if (line === null) return undefined
+        try {
+          const message: unknown = JSON.parse(line)
+          if (typeof message === "object" && message !== null && (message as Record<string, unknown>).ready === true) {
+            return message as Record<string, unknown>
+          }
+        } catch {
+          // not a reply: a diagnostic
+        }
+        partial.diagnostics.push(line)
+      }
+    }).pipe(Effect.timeoutOption(startTimeout))
+    if (ready._tag === "None" || ready.value === undefined) {
+      const exit = ready._tag === "None" ? {} : yield* exitOf(partial)
+      yield* kill(partial)
+      const said = partial.diagnostics.slice(-5).join(" | ")
+      const how = ready._tag === "None"
+        ? `did not start within ${startTimeout} ms`
+        : `exited before it was ready (${exit.code !== undefined ? `status ${exit.code}` : `signal ${exit.signal ?? "?"}`})`
+      return yield* new SessionFailure({ reason: "Start", message: `the ${language} sandbox ${how}${said === "" ? "" : `: ${said}`}` })
+    }
+    return { ...partial, ready: ready.value }
+  })

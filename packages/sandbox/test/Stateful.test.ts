@@ -1,0 +1,226 @@
+/**
+ * State across steps, restores and forks (design 0250) through `Agent.run`: a variable set in
+ * step 1 is read in step 5; a run interrupted in one executor continues in a new one (another
+ * process's view: the sessions are gone, only the store remains) with its variables and files;
+ * `Agent.fork` at step k restores the workspace byte for byte and the variables by value as they
+ * were after step k-1; names that cannot be saved are told to the model after a restore; and an
+ * interrupted action's process tree is killed and its effects are not kept.
+ */
+import { assert, beforeAll, describe, it } from "@effect/vitest"
+import * as Agent from "@polyloop/core/Agent"
+import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as CodeBlockParser from "@polyloop/core/CodeBlockParser"
+import * as EventSink from "@polyloop/core/EventSink"
+import { runId } from "@polyloop/core/Ids"
+import type { ModelRequest } from "@polyloop/core/ModelClient"
+import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as Sandbox from "@polyloop/sandbox/Sandbox"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { ensureTools, run, testOptions } from "./support.js"
+
+beforeAll(ensureTools, 600_000)
+
+const agent = AgentDefinition.make({
+  name: "analyst",
+  systemPrompt: "You analyse data by writing Python; call final_answer(value) when done.",
+  budget: { maxSteps: 20 }
+})
+const parser = CodeBlockParser.layer({ language: "python", aliases: ["py"] })
+
+const lastUser = (request: ModelRequest): string => {
+  for (let i = request.messages.length - 1; i >= 0; i--) {
+    const message = request.messages[i]!
+    if (message._tag === "User") return message.text
+  }
+  return ""
+}
+
+/** The services of a run: a store, a scripted model, the parser, the sandbox over the store. */
+const services = (store: Layer.Layer<RunLogStore.RunLogStore, unknown>, script: ScriptedModel.Script, options: Sandbox.Options = testOptions) =>
+  Layer.mergeAll(
+    ScriptedModel.layer(script),
+    parser,
+    EventSink.layerNoop,
+    Sandbox.layer(options)
+  ).pipe(Layer.provideMerge(store))
+
+const tempDir = () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-sandbox-state-"))
+  fs.chmodSync(dir, 0o711)
+  return dir
+}
+
+const observations = (log: RunLog.RunLog) => log.results.map((r) => r.outcome.observation)
+
+describe.sequential("stateful code actions", () => {
+  it.live("a variable set in step 1 is read in step 5; final_answer completes the run", () =>
+    Effect.gen(function*() {
+      const store = RunLogStore.inMemory()
+      const script = [
+        ScriptedModel.code("python", "print('warming up')"),
+        ScriptedModel.code("python", "secret = 6 * 7"),
+        ScriptedModel.code("python", "open('notes.txt', 'w').write('kept')"),
+        ScriptedModel.code("python", "import math"),
+        ScriptedModel.code("python", "print(math.sqrt(16))"),
+        ScriptedModel.code("python", "print(secret, open('notes.txt').read())"),
+        ScriptedModel.code("python", "final_answer(secret)")
+      ]
+      const id = runId("stateful-1")
+      const result = yield* Agent.run({ runId: id, agent, task: "keep a secret", tools: ToolRegistry.empty }).pipe(Effect.provide(services(store, script)))
+      assert.deepStrictEqual(result.stopReason, { _tag: "Completed", by: "Environment" })
+      const log = yield* Effect.flatMap(RunLogStore.RunLogStore, (s) => s.readLog(id)).pipe(Effect.provide(store))
+      assert.deepStrictEqual(observations(log), ["warming up", "(no output)", "4", "(no output)", "4.0", "42 kept", "42"])
+      assert.isTrue(log.results[6]!.outcome.envReportedCompletion)
+    }))
+
+  it.live("a run interrupted in one executor continues in a new one with its variables and files", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const store = SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db"), synchronous: "NORMAL" })
+      const id = runId("restored-1")
+      const programs = [
+        "import csv\nwith open('data.csv', 'w', newline='') as f:\n    csv.writer(f).writerows([[i, i * i] for i in range(10)])",
+        "rows = [list(map(int, r)) for r in __import__('csv').reader(open('data.csv'))]\ntotal = sum(r[1] for r in rows)\ndef double(x):\n    return 2 * x",
+        "print(len(rows), total, double(total))\nfinal_answer(double(total))"
+      ]
+      const blocked = yield* Deferred.make<void>()
+      // First life: two steps, then the model call of step 2 never answers; the run is interrupted.
+      const first = yield* Agent.run({ runId: id, agent, task: "sum squares", tools: ToolRegistry.empty }).pipe(
+        Effect.provide(services(store, (_request, call) =>
+          call.step < 2 ? ScriptedModel.code("python", programs[call.step]!) : Effect.zipRight(Deferred.succeed(blocked, undefined), Effect.never))),
+        Effect.fork
+      )
+      yield* Deferred.await(blocked)
+      yield* Fiber.interrupt(first)
+      // Second life: a new executor (no session in memory) over the same store.
+      const result = yield* Agent.run({ runId: id, agent, task: "sum squares", tools: ToolRegistry.empty }).pipe(
+        Effect.provide(services(store, (_request, call) => ScriptedModel.code("python", programs[call.step]!)))
+      )
+      assert.deepStrictEqual(result.stopReason, { _tag: "Completed", by: "Environment" })
+      const log = yield* Effect.flatMap(RunLogStore.RunLogStore, (s) => s.readLog(id)).pipe(Effect.provide(store))
+      // The file object of step 0's `with open(...) as f` is the one name not saved, and the model is told.
+      assert.deepStrictEqual(observations(log).slice(2), [
+        "[the python interpreter was restarted with the variables saved after step 1; not restored: f (TextIOWrapper: files are not saved)]\n10 285 570\n570"
+      ])
+      fs.rmSync(dir, { recursive: true, force: true })
+    }))
+
+  it.live("Agent.fork at step k restores the workspace byte for byte and the variables by value as after step k-1", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const store = SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db"), synchronous: "NORMAL" })
+      const parent = runId("fork-parent")
+      const state = "import hashlib, os, json\nprint(json.dumps({'files': {n: hashlib.sha256(open(n, 'rb').read()).hexdigest() for n in sorted(os.listdir('.'))}, 'vars': [a, b]}))"
+      const parentPrograms = [
+        "a = [1, 2, 3]\nopen('one.bin', 'wb').write(bytes(range(256)) * 100)",
+        "b = {'k': 'v'}\nos = __import__('os')\nos.makedirs('sub', exist_ok=True)\nopen('sub/two.txt', 'w').write('two')",
+        state.replace("sorted(os.listdir('.'))", "['one.bin', 'sub/two.txt']"),
+        "a.append(4)\nb['k'] = 'changed'\nopen('one.bin', 'wb').write(b'overwritten')\nos.remove('sub/two.txt')",
+        "final_answer(a)"
+      ]
+      yield* Agent.run({ runId: parent, agent, task: "fork me", tools: ToolRegistry.empty }).pipe(
+        Effect.provide(services(store, (_request, call) => ScriptedModel.code("python", parentPrograms[call.step]!)))
+      )
+      const parentLog = yield* Effect.flatMap(RunLogStore.RunLogStore, (s) => s.readLog(parent)).pipe(Effect.provide(store))
+      const atStep2 = parentLog.results[2]!.outcome.observation
+      // The fork at step 3 sees the state after step 2 (before the parent changed it in step 3).
+      const child = runId("fork-child")
+      yield* Agent.fork({ from: parent, atStep: 3, runId: child }).pipe(Effect.provide(store))
+      const childPrograms = [state.replace("sorted(os.listdir('.'))", "['one.bin', 'sub/two.txt']"), "final_answer(a)"]
+      yield* Agent.run({ runId: child, agent, task: "fork me", tools: ToolRegistry.empty }).pipe(
+        Effect.provide(services(store, (_request, call) => ScriptedModel.code("python", childPrograms[call.step - 3]!)))
+      )
+      const childLog = yield* Effect.flatMap(RunLogStore.RunLogStore, (s) => s.readLog(child)).pipe(Effect.provide(store))
+      const forked = childLog.results.filter((r) => r.step >= 3).map((r) => r.outcome.observation)
+      assert.strictEqual(forked[0], atStep2)
+      assert.strictEqual(forked[1], "[1, 2, 3]")
+      assert.include(atStep2, `"vars": [[1, 2, 3], {"k": "v"}]`)
+      // The parent itself went on from its own state.
+      assert.strictEqual(parentLog.results[4]!.outcome.observation, "[1, 2, 3, 4]")
+      fs.rmSync(dir, { recursive: true, force: true })
+    }))
+
+  it.live("names that cannot be saved are told to the model after a restore; the rest comes back", () =>
+    Effect.gen(function*() {
+      const store = RunLogStore.inMemory()
+      const id = runId("lost-names")
+      const blocked = yield* Deferred.make<void>()
+      const first = yield* Agent.run({ runId: id, agent, task: "lose a generator", tools: ToolRegistry.empty }).pipe(
+        Effect.provide(services(store, (_request, call) =>
+          call.step === 0
+            ? ScriptedModel.code("python", "kept = 'yes'\ngen = (i for i in range(3))")
+            : Effect.zipRight(Deferred.succeed(blocked, undefined), Effect.never))),
+        Effect.fork
+      )
+      yield* Deferred.await(blocked)
+      yield* Fiber.interrupt(first)
+      let seen = ""
+      yield* Agent.run({ runId: id, agent, task: "lose a generator", tools: ToolRegistry.empty }).pipe(
+        Effect.provide(services(store, (request, call) => {
+          if (call.step === 2) seen = lastUser(request)
+          return ScriptedModel.code("python", call.step === 1 ? "print(kept, 'gen' in globals())" : "final_answer(kept)")
+        }))
+      )
+      const log = yield* Effect.flatMap(RunLogStore.RunLogStore, (s) => s.readLog(id)).pipe(Effect.provide(store))
+      const observation = log.results[1]!.outcome.observation
+      assert.include(observation, "not restored: gen (generator")
+      assert.include(observation, "yes False")
+      assert.include(seen, "not restored: gen")
+    }))
+
+  it.live("interrupting an action kills its process tree; the next action starts from the last snapshot", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const layer = Sandbox.layer({ ...testOptions, root: dir }).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      yield* Effect.gen(function*() {
+        yield* run("interrupted", 0, "before = 1")
+        const sleepers = () =>
+          fs.readdirSync("/proc").filter((pid) => {
+            try {
+              return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8") === "sleep\u0000300\u0000"
+            } catch {
+              return false
+            }
+          })
+        const fiber = yield* Effect.fork(run("interrupted", 1, "import subprocess\nsubprocess.Popen(['sleep', '300'])\nafter = 2\nimport time\ntime.sleep(300)"))
+        // Wait until the action's child process is running.
+        yield* Effect.gen(function*() {
+          while (sleepers().length === 0) yield* Effect.sleep("50 millis")
+        }).pipe(Effect.timeout("20 seconds"))
+        const exit = yield* Fiber.interrupt(fiber)
+        assert.isTrue(Exit.isInterrupted(exit))
+        assert.deepStrictEqual(sleepers(), [], "the action's child process is gone")
+        const next = yield* run("interrupted", 2, "print(before, 'after' in globals())")
+        assert.strictEqual(next.observation, "1 False")
+      }).pipe(Effect.provide(layer))
+      fs.rmSync(dir, { recursive: true, force: true })
+    }))
+
+  it.live("JavaScript: globals persist across steps and come back after a restart; functions are named as not restored", () =>
+    Effect.gen(function*() {
+      const layer = Sandbox.layer(testOptions).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      yield* Effect.gen(function*() {
+        const first = yield* run("js-state", 0, "var counts = new Map([['a', 1]]); globalThis.total = 41; function twice(x) { return 2 * x }", "javascript")
+        assert.strictEqual(first.status, "Executed")
+        const second = yield* run("js-state", 1, "console.log(twice(total + counts.get('a')))", "javascript")
+        assert.strictEqual(second.observation, "84")
+        // An endless loop: killed at the wall-time limit; the next action restarts from the snapshot.
+        const killed = yield* run("js-state", 2, "while (true) {}", "javascript")
+        assert.include(killed.observation, "killed after 4 s (wall-time limit)")
+        const restored = yield* run("js-state", 3, "console.log(total, counts.get('a'), typeof twice)", "javascript")
+        assert.include(restored.observation, "not restored: twice (function")
+        assert.include(restored.observation, "41 1 undefined")
+      }).pipe(Effect.provide(layer))
+    }))
+})
