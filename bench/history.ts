@@ -1,5 +1,5 @@
 /**
- * History policies (design 0260, issue 30): is a masking run's step cost flat along the run?
+ * History policies (design 0300, issue 30): is a masking run's step cost flat along the run?
  * One 10,000-step run under `maskObservations({ keepLast: 5, every: 10 })` and one under the
  * default (keep everything), on the in-memory store, each tool answering ~1 kB. The wall time
  * between consecutive `StepCompleted` events is taken around steps 10, 1,000 and 10,000

@@ -1,5 +1,5 @@
 /**
- * The cost of code actions in the sandbox (issue 33, design 0250).
+ * The cost of code actions in the sandbox (issue 33, design 0330).
  *
  *   npx tsx --conditions=@polyloop/source bench/sandbox.ts [--quick]
  *   npm run bench:sandbox

@@ -1,5 +1,5 @@
 /**
- * A code-action agent (dissect-like) on `@polyloop/sandbox` (design 0250): the model writes one
+ * A code-action agent (dissect-like) on `@polyloop/sandbox` (design 0330): the model writes one
  * fenced Python block per reply (read by `CodeBlockParser`); `Sandbox.layer` runs it in a
  * persistent Python interpreter inside bubblewrap — no network, a read-only system, the run's own
  * workspace (which starts with `sales.csv`) — so variables survive from one step to the next.

@@ -1,6 +1,6 @@
 /**
  * A long run that would outgrow any context window, kept inside one by a history policy
- * (design 0260): a scripted agent reads 200 log files of 8 kB each (1.6 MB in all). Keeping
+ * (design 0300): a scripted agent reads 200 log files of 8 kB each (1.6 MB in all). Keeping
  * everything, the last request holds every file; under `maskObservations({ keepLast: 5,
  * every: 10 })` the model sees the last 5–14 files verbatim and a one-line placeholder for each
  * older one — while the log keeps every file in full. The run is interrupted at step 120 and

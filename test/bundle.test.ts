@@ -246,7 +246,7 @@ describe.sequential("the polyloop launcher and its bundle", () => {
         child.on("close", (code) => reject(new Error(`serve exited (${code}) before listening:\n${stdout}\n${stderr}`)))
       })
       for (const [page, file] of [["/", "index.html"], ["/assets/viewer.css", "viewer.css"], ["/assets/viewer.js", "viewer.js"], ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js"]] as const) {
-        // The page needs the start's token (design 0240): the printed URL holds it.
+        // The page needs the start's token (design 0340): the printed URL holds it.
         const response = await fetch(new URL(page, url), { headers: { authorization: `Bearer ${new URL(url).searchParams.get("token")}` } })
         assert.strictEqual(response.status, 200, page)
         assert.strictEqual(await response.text(), fs.readFileSync(path.join(cliDir, "viewer", file), "utf8"), page)

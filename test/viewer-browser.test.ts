@@ -13,7 +13,7 @@
  * - a fork links to its parent, the parent to its forks;
  * - the command stops on Ctrl-C while pages hold live streams open;
  * - the printed URL's token becomes an `HttpOnly`, `SameSite=Strict` cookie and leaves the
- *   address bar; a browser without it is refused (design 0240).
+ *   address bar; a browser without it is refused (design 0340).
  *
  * Screenshots of the list and of a transcript are written to a temporary folder (printed), or to
  * `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed).

@@ -1,5 +1,5 @@
 /**
- * `polyloop serve` under attack (issue 34, design 0240), against real servers (`Serve.serve`)
+ * `polyloop serve` under attack (issue 34, design 0340), against real servers (`Serve.serve`)
  * over a real SQLite store: each attack of the issue is sent and its refusal asserted.
  *
  * - DNS rebinding with `--host` (the server bound to a wildcard, to `0::1`): a foreign `Host`
@@ -377,7 +377,7 @@ describe.sequential("polyloop serve: the attacks of issue 34 are refused", () =>
   })
 })
 
-describe("polyloop serve: the options of design 0240", () => {
+describe("polyloop serve: the options of design 0340", () => {
   it.live("an --allowed-host that is not a host is refused before anything is bound", () =>
     Effect.gen(function*() {
       const refused = yield* Effect.flip(Effect.scoped(Serve.serve({ port: 0, token, allowedHosts: ["evil.example/path"] })))

@@ -1,5 +1,5 @@
 // Copies the viewer's charting library (the pinned devDependency chart.js) into viewer/vendor/,
-// where `polyloop serve` serves it from (design 0240's follow-up: no network at view time).
+// where `polyloop serve` serves it from (design 0340's follow-up: no network at view time).
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as path from "node:path"

@@ -16,7 +16,7 @@
  *   (`groups`), with the plots' histograms and the costs by the price table;
  * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
  * - `GET /api/search?q=&page=` — runs whose task, replies or observations hold a text, by the
- *   store's own query (`RunLogStore.searchRuns`, design 0241), a page at a time (501 for a store
+ *   store's own query (`RunLogStore.searchRuns`, design 0341), a page at a time (501 for a store
  *   that cannot search);
  * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
  *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
@@ -32,7 +32,7 @@
  * server keeps it in an `HttpOnly; SameSite=Strict` cookie; scripts send
  * `Authorization: Bearer <token>`. Live streams share one poller per run. It binds 127.0.0.1 by
  * default and refuses a non-loopback address unless `exposed` is set (the command sets it only
- * for an explicit `--host`). Design: docs/design/0190-viewer.md, docs/design/0240-viewer-security.md.
+ * for an explicit `--host`). Design: docs/design/0190-viewer.md, docs/design/0340-viewer-security.md.
  *
  * @since 0.1.0
  */
@@ -102,12 +102,12 @@ export interface AppOptions {
   readonly interval?: Duration.DurationInput
   /**
    * The address (or name) the server is bound to: with the loopback names and addresses and
-   * `allowedHosts`, the hosts a request's `Host` header may name (design 0240). Default 127.0.0.1.
+   * `allowedHosts`, the hosts a request's `Host` header may name (design 0340). Default 127.0.0.1.
    */
   readonly boundHost?: string
   /** More hosts a request's `Host` may name (the names an exposed viewer is reached by). */
   readonly allowedHosts?: ReadonlyArray<string>
-  /** The secret every request for data must carry (cookie or bearer; design 0240). */
+  /** The secret every request for data must carry (cookie or bearer; design 0340). */
   readonly token: string
   /** Who is serving: the identity approval decisions are recorded under (default "polyloop serve"). */
   readonly decider?: string
@@ -217,7 +217,7 @@ const unauthorizedPage = [
 
 /**
  * The viewer as an HTTP app over the `RunLogStore` in context: the page's files, the JSON API
- * and the live streams (see the module header), behind the checks of design 0240 (the `Host`
+ * and the live streams (see the module header), behind the checks of design 0340 (the `Host`
  * allowlist, the token, bounded bodies, capped streams). Its live pollers live as long as the
  * scope. Fails with `ServeError { reason: "Assets" }` when the page's files cannot be read.
  */
@@ -266,7 +266,7 @@ export const app = (
           const query = yield* HttpServerRequest.schemaSearchParams(Search.SearchQuery)
           const store = yield* RunLogStore.RunLogStore
           if (store.searchRuns === undefined) {
-            return apiError(501, "SearchUnsupported", "this run store cannot search (it has no searchRuns): see design 0241")
+            return apiError(501, "SearchUnsupported", "this run store cannot search (it has no searchRuns): see design 0341")
           }
           return HttpServerResponse.unsafeJson(yield* Search.page(store.searchRuns, query))
         }))

@@ -43,7 +43,7 @@ describe("viewer addresses", () => {
   })
 })
 
-describe("viewer hosts: normalised before they are compared (design 0240)", () => {
+describe("viewer hosts: normalised before they are compared (design 0340)", () => {
   it("normalises addresses and names as the browser does", () => {
     const cases: ReadonlyArray<readonly [string, string | undefined]> = [
       ["0::1", "::1"],

@@ -1,5 +1,5 @@
 /**
- * The viewer's vendored charting library (design 0242) is the installed chart.js's UMD build
+ * The viewer's vendored charting library (design 0342) is the installed chart.js's UMD build
  * (as `npm run vendor-viewer` copies it, without the source map comment), so the pinned version
  * in package.json is what the page runs.
  */

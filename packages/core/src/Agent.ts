@@ -184,7 +184,7 @@ const logModelFailure = (step: number, error: ModelError) =>
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
 const generate = (run: Run, step: number, sent: Masking.Sent | undefined) => {
   // A value (design 0211): a read-only view of the history's first n messages, made in O(1);
-  // under a masking policy, the masker's view (design 0260), made in O(1) too.
+  // under a masking policy, the masker's view (design 0300), made in O(1) too.
   const messages = sent !== undefined ? sent.messages : PrefixView.prefix(run.state.messages)
   const request: ModelRequest = run.parallel
     ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }

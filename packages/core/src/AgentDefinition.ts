@@ -107,7 +107,7 @@ export const AgentDefinition = Schema.Struct({
    */
   actionConcurrency: Schema.optional(Schema.Int.pipe(Schema.positive())),
   /**
-   * What the model is sent of the history (design 0260): `HistoryPolicy.keepAll` (the default)
+   * What the model is sent of the history (design 0300): `HistoryPolicy.keepAll` (the default)
    * or `HistoryPolicy.maskObservations(…)`. The log keeps everything either way. In the snapshot.
    */
   history: Schema.optional(HistoryPolicy.HistoryPolicy),

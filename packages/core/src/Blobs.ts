@@ -1,5 +1,5 @@
 /**
- * Content-addressed blobs in the run store (design 0250): byte strings keyed by their SHA-256,
+ * Content-addressed blobs in the run store (design 0330): byte strings keyed by their SHA-256,
  * stored once however often they are put, and per-run *refs* — names that point at a blob
  * (`sandbox/00000003` → a snapshot's manifest). A capability of a store, optional like
  * `appendRecords`: `RunLogStore.Backend.blobs` is what an adapter implements, `Blobs.make` the

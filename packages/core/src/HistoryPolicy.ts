@@ -1,5 +1,5 @@
 /**
- * History policies (design 0260): what the model is sent of a run's history, as a pure function
+ * History policies (design 0300): what the model is sent of a run's history, as a pure function
  * of the log. The log keeps every reply and observation in full; a policy changes only the
  * requests. A policy is part of the agent definition and of the snapshot, so changing it is
  * drift (refused on resume, recorded on fork).

@@ -87,7 +87,7 @@ export interface ListRunsQuery {
   readonly status?: RunStatus
 }
 
-/** A text search over runs (`searchRuns`, design 0241). */
+/** A text search over runs (`searchRuns`, design 0341). */
 export interface SearchQuery {
   /** The text to find (case-insensitive substring), 1 to 200 characters. */
   readonly text: string
@@ -191,12 +191,12 @@ export declare namespace RunLogStore {
     readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
     /**
      * Finds a text in runs' tasks, replies and observations, newest run first, then in log order
-     * (design 0241): run by the store itself (one query in the SQL store), a page at a time.
+     * (design 0341): run by the store itself (one query in the SQL store), a page at a time.
      * Stores built by `make` over a backend with `search` have it.
      */
     readonly searchRuns?: (query: SearchQuery) => Effect.Effect<ReadonlyArray<SearchHit>, StoreError>
     /**
-     * Content-addressed blobs and per-run refs in the same store (design 0250), when the backend
+     * Content-addressed blobs and per-run refs in the same store (design 0330), when the backend
      * has them (stores built by `make` over the memory or SQL backends do).
      */
     readonly blobs?: Blobs.Service
@@ -225,9 +225,9 @@ export interface Backend {
   ) => Effect.Effect<void, StoreError | ConcurrentWriter>
   readonly listRuns: (query: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
   readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
-  /** `searchRuns` (design 0241); a backend without a query language may leave it out. */
+  /** `searchRuns` (design 0341); a backend without a query language may leave it out. */
   readonly search?: (query: SearchQuery) => Effect.Effect<ReadonlyArray<SearchHit>, StoreError>
-  /** Content-addressed blobs and refs (design 0250); optional. */
+  /** Content-addressed blobs and refs (design 0330); optional. */
   readonly blobs?: Blobs.Backend
 }
 
@@ -487,7 +487,7 @@ export const makeLocalClaims = (): Backend["claim"] => {
     )
 }
 
-/** An in-memory backend: JSON texts in a map; claims in a set; blobs (design 0250). Each call makes a fresh store. */
+/** An in-memory backend: JSON texts in a map; claims in a set; blobs (design 0330). Each call makes a fresh store. */
 export const makeMemoryBackend = (): Backend => {
   const logs = new Map<string, Array<string>>()
   const decoded = new Map<string, Array<RunLog.RunRecord>>()

@@ -50,7 +50,7 @@ export const Snapshot = Schema.Struct({
     historyRendering: AgentDefinition.HistoryRendering,
     /** Whether a step runs several calls of a reply (design 0150); absent in snapshots of version-1 logs, read as false. */
     parallelToolCalls: Schema.Boolean,
-    /** The history policy (design 0260); absent: keep everything (every snapshot recorded before it). */
+    /** The history policy (design 0300); absent: keep everything (every snapshot recorded before it). */
     history: Schema.optional(HistoryPolicy.HistoryPolicy)
   }),
   task: Schema.String,

@@ -30,7 +30,7 @@ export * as Agent from "./Agent.js"
 export * as AgentDefinition from "./AgentDefinition.js"
 
 /**
- * History policies (design 0260): what the model is sent of a run's history, as a pure function of the log; the log keeps everything. `keepAll` (the default) or `maskObservations({ keepLast, every })`. In the snapshot: changing it is drift.
+ * History policies (design 0300): what the model is sent of a run's history, as a pure function of the log; the log keeps everything. `keepAll` (the default) or `maskObservations({ keepLast, every })`. In the snapshot: changing it is drift.
  */
 export * as HistoryPolicy from "./HistoryPolicy.js"
 
@@ -40,7 +40,7 @@ export * as HistoryPolicy from "./HistoryPolicy.js"
 export * as Approval from "./Approval.js"
 
 /**
- * Content-addressed blobs in the run store (design 0250): byte strings keyed by their SHA-256, stored once however often they are put, and per-run *refs* — names that point at a blob (`sandbox/00000003` → a snapshot's manifest). A capability of a store, optional like `appendRecords`: `RunLogStore.Backend.blobs` is what an adapter implements, `Blobs.make` the front every backend gets (hashing, the hash checked on read, spans).
+ * Content-addressed blobs in the run store (design 0330): byte strings keyed by their SHA-256, stored once however often they are put, and per-run *refs* — names that point at a blob (`sandbox/00000003` → a snapshot's manifest). A capability of a store, optional like `appendRecords`: `RunLogStore.Backend.blobs` is what an adapter implements, `Blobs.make` the front every backend gets (hashing, the hash checked on read, spans).
  */
 export * as Blobs from "./Blobs.js"
 

@@ -1,5 +1,5 @@
 /**
- * History policies (issue 30, design 0260): `maskObservations` keeps the last observations
+ * History policies (issue 30, design 0300): `maskObservations` keeps the last observations
  * verbatim and masks older ones with a placeholder naming what was omitted, in blocks so the
  * request prefix is stable between two moves of the boundary; a call is never separated from
  * its answer; the log keeps every observation in full; the policy is in the snapshot (drift on
@@ -149,7 +149,7 @@ describe("maskObservations", () => {
       }
       // At most keepLast + every steps verbatim, and one short placeholder per older answer: under
       // a 32k-token window at about 4 characters per token (128k characters). A tokenizer count
-      // is issue 30's token-budget policy (design 0260, decision 4), not built yet.
+      // is issue 30's token-budget policy (design 0300, decision 4), not built yet.
       assert.isBelow(largest, 128_000)
       const keepAll = sentCharacters((yield* runOnce("long-all", 60)).requests.at(-1)!.messages)
       assert.isAbove(keepAll, largest, "without masking, 60 steps already send more")

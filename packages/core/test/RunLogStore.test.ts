@@ -361,7 +361,7 @@ describe("RunLogStore.encodeRecord on generated arguments", () => {
   )
 })
 
-describe("RunLogStore: the memory store's search (design 0241)", () => {
+describe("RunLogStore: the memory store's search (design 0341)", () => {
   it.effect("finds a task and a reply case-insensitively, newest run first, paged, with a snippet around the match", () =>
     Effect.gen(function*() {
       const store = yield* RunLogStore.makeMemory

@@ -1,4 +1,4 @@
-// The JavaScript driver of @polyloop/sandbox (design 0250). Runs inside the sandbox under node;
+// The JavaScript driver of @polyloop/sandbox (design 0330). Runs inside the sandbox under node;
 // keeps one `vm` context and runs each action in it. Requests are JSON lines on standard input,
 // replies JSON lines on standard error; the code's console writes to standard output, which the
 // host reads, ended after each action by a boundary token.

@@ -1,4 +1,4 @@
-# The Python driver of @polyloop/sandbox (design 0250). Runs inside the sandbox as
+# The Python driver of @polyloop/sandbox (design 0330). Runs inside the sandbox as
 # `python3 -I driver.py`; keeps one global namespace and executes each action in it.
 # Protocol: requests are JSON lines on the original standard input, replies JSON lines on the
 # original standard error; the action's own standard input is /dev/null and its standard output

@@ -1,5 +1,5 @@
 /**
- * An `ActionExecutor` for code actions (design 0250): Python (the system `python3`) and
+ * An `ActionExecutor` for code actions (design 0330): Python (the system `python3`) and
  * JavaScript (`node`), one persistent interpreter per run and language holding its variables
  * from one step to the next, isolated with bubblewrap (no network, a read-only system, one
  * writable workspace per run, a private `/tmp`), limited in wall time and CPU time per action,

@@ -1,5 +1,5 @@
 /**
- * Crash recovery of the sandbox by SIGKILL (design 0250, decision 4), on SQLite and PostgreSQL:
+ * Crash recovery of the sandbox by SIGKILL (design 0330, decision 4), on SQLite and PostgreSQL:
  * a child process (`support/crash-agent.ts`) runs a scripted data analysis in the sandbox; it
  * kills itself between an action and its snapshot and between the snapshot and the step's
  * result, then the parent kills it at random moments (mid-action included: every program sleeps)

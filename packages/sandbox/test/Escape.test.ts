@@ -1,5 +1,5 @@
 /**
- * The escape suite (design 0250): code that tries to get out of the sandbox or to hurt the host
+ * The escape suite (design 0330): code that tries to get out of the sandbox or to hurt the host
  * — reading /etc/shadow, the run store's file and another run's workspace; writing outside its
  * workspace; connecting to a TCP server this test started on 127.0.0.1; a fork bomb; allocating
  * until stopped; printing 1 GB; looping forever; signalling its parent and the host — is each

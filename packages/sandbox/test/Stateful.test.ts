@@ -1,5 +1,5 @@
 /**
- * State across steps, restores and forks (design 0250) through `Agent.run`: a variable set in
+ * State across steps, restores and forks (design 0330) through `Agent.run`: a variable set in
  * step 1 is read in step 5; a run interrupted in one executor continues in a new one (another
  * process's view: the sessions are gone, only the store remains) with its variables and files;
  * `Agent.fork` at step k restores the workspace byte for byte and the variables by value as they

@@ -1,5 +1,5 @@
 /**
- * The blob contract (`@polyloop/testing`, design 0250) against both SQL dialects: a fresh SQLite
+ * The blob contract (`@polyloop/testing`, design 0330) against both SQL dialects: a fresh SQLite
  * file per case, and a fresh schema on the test run's private PostgreSQL server; reopening is a
  * restart.
  */

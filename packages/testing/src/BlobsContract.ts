@@ -1,5 +1,5 @@
 /**
- * The contract of a store's blobs (design 0250), for any `RunLogStore` whose `blobs` capability
+ * The contract of a store's blobs (design 0330), for any `RunLogStore` whose `blobs` capability
  * is set: `BlobsContract.suite("my store", myStore, options)`. Blobs read back byte for byte
  * under the SHA-256 of their bytes; putting the same bytes twice gives the same hash; a hash never
  * put reads as `None`; `has` names exactly the stored ones; refs are replaced by name, listed by

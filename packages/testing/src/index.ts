@@ -15,7 +15,7 @@ export * as ActionExecutorContract from "./ActionExecutorContract.js"
 export * as AgentLoopSuite from "./AgentLoopSuite.js"
 
 /**
- * The contract of a store's blobs (design 0250), for any `RunLogStore` whose `blobs` capability is set: `BlobsContract.suite("my store", myStore, options)`. Blobs read back byte for byte under the SHA-256 of their bytes; putting the same bytes twice gives the same hash; a hash never put reads as `None`; `has` names exactly the stored ones; refs are replaced by name, listed by prefix in name order, and two runs never see each other's refs; and, with `survivesRestart`, all of it reads back after the storage is reopened.
+ * The contract of a store's blobs (design 0330), for any `RunLogStore` whose `blobs` capability is set: `BlobsContract.suite("my store", myStore, options)`. Blobs read back byte for byte under the SHA-256 of their bytes; putting the same bytes twice gives the same hash; a hash never put reads as `None`; `has` names exactly the stored ones; refs are replaced by name, listed by prefix in name order, and two runs never see each other's refs; and, with `survivesRestart`, all of it reads back after the storage is reopened.
  */
 export * as BlobsContract from "./BlobsContract.js"
 

@@ -1,5 +1,5 @@
 /**
- * The blob contract (design 0250) against the memory store, and proof that it catches a store
+ * The blob contract (design 0330) against the memory store, and proof that it catches a store
  * without the capability and one that loses refs.
  */
 import { assert, describe, it } from "@effect/vitest"

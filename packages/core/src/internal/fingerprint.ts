@@ -110,7 +110,7 @@ export const make = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettin
 
 /**
  * A fingerprinter for a history whose first `stable` messages never change again while the rest
- * may (design 0260: a masked history's masked part, and the verbatim tail that is masked when
+ * may (design 0300: a masked history's masked part, and the verbatim tail that is masked when
  * the boundary moves). One running hash covers the stable part (it only grows); the tail is fed
  * to a copy of it, and fed again from the new end of the stable part when that moves. @internal
  */

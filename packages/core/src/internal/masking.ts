@@ -1,5 +1,5 @@
 /**
- * The requests of a run under `maskObservations` (design 0260, decisions 2 and 3): the masked
+ * The requests of a run under `maskObservations` (design 0300, decisions 2 and 3): the masked
  * part of the history (system prompt, task, and the steps before the boundary with their
  * answers masked) is one append-only array; the verbatim rest is the run's own history array
  * from the boundary's step on. A request is a view over both, made in O(1); moving the boundary

@@ -78,7 +78,7 @@ class Concat<A> implements ProxyHandler<Array<A>> {
 
 /**
  * `head[0, headLength)` followed by `tail[tailStart, tailEnd)`, as one read-only array made in
- * O(1) (design 0260: a masked history is its masked part, append-only, and the verbatim rest of
+ * O(1) (design 0300: a masked history is its masked part, append-only, and the verbatim rest of
  * the history, append-only too). Both arrays must only ever be appended to. @internal
  */
 export const concat = <A>(head: Array<A>, headLength: number, tail: ReadonlyArray<A>, tailStart: number, tailEnd: number): ReadonlyArray<A> =>

@@ -67,7 +67,7 @@ export const messages = (
 }
 
 /**
- * The messages the recorded run sent at `step`: its history policy applied (design 0260) by the
+ * The messages the recorded run sent at `step`: its history policy applied (design 0300) by the
  * loop's own masker, over the state rebuilt from the steps before it. @internal
  */
 export const sentAt = (recorded: Recorded, log: RunLog.RunLog, step: number): Effect.Effect<ReadonlyArray<Message.Message>, StoreError> => {

@@ -39,7 +39,7 @@ export interface Run {
   readonly modelTools: ReadonlyArray<ToolDefinition>
   /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
   readonly fingerprint: Fingerprint.Fingerprinter
-  /** Renders the requests under a masking history policy (design 0260); undefined: keep everything. */
+  /** Renders the requests under a masking history policy (design 0300); undefined: keep everything. */
   readonly masker: Masking.Masker | undefined
   readonly maxDurationMillis: number | undefined
   /** Whether a step runs several actions of one reply (`parallelToolCalls`, resolved). */

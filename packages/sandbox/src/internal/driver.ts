@@ -1,5 +1,5 @@
 /**
- * One interpreter process of a session (design 0250, decision 1): the driver started inside
+ * One interpreter process of a session (design 0330, decision 1): the driver started inside
  * bubblewrap (or, named explicitly, as a plain child), through `@effect/platform`'s `Command`.
  * Requests go to its standard input as JSON lines; replies come back as JSON lines on its
  * standard error; the code's output (standard output and error merged by the driver) is read from
@@ -70,7 +70,7 @@ export const viewOf = (env: Environment, dirs: SessionDirs) =>
 
 const systemLinks = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 
-/** The bubblewrap arguments of a session (see design 0250 for each). */
+/** The bubblewrap arguments of a session (see design 0330 for each). */
 const bwrapArgs = (env: Environment, dirs: SessionDirs, interpreter: string): Array<string> => {
   const args = [
     "--unshare-all",

@@ -1,5 +1,5 @@
 /**
- * A run's workspace as blobs (design 0250, decision 3): a walk that never follows a symbolic
+ * A run's workspace as blobs (design 0330, decision 3): a walk that never follows a symbolic
  * link, records regular files by the SHA-256 of their bytes (re-hashing only files whose size,
  * mtime, ctime or inode changed since the last walk), directories as entries and links as their
  * target text; and the restore of such a manifest into an empty directory.

@@ -13,7 +13,7 @@
  * - `polyloop_runs`: one summary row per run, inserted with `RunStarted` and updated with each
  *   append, atomically with it (`summary.ts`), so `listRuns` is one query.
  * - `polyloop_claims(run_id, owner, expires_at)`: leases (`lease.ts`).
- * - `polyloop_blobs`, `polyloop_refs`: content-addressed blobs and per-run refs (`blobs.ts`, design 0250).
+ * - `polyloop_blobs`, `polyloop_refs`: content-addressed blobs and per-run refs (`blobs.ts`, design 0330).
  *
  * @internal
  */
@@ -162,7 +162,7 @@ const makeSync = (
       return yield* decodeSummaries(rows, path)
     }).pipe(Effect.withSpan("SqlRunLogStore.listRuns"))
 
-  // Search (design 0241): the searched field out of each record's JSON, matched case-insensitively
+  // Search (design 0341): the searched field out of each record's JSON, matched case-insensitively
   // (`LIKE` is so for ASCII letters on SQLite; `ILIKE` on PostgreSQL), newest run first.
   const field = sql.onDialectOrElse({
     pg: () => ({

@@ -1,5 +1,5 @@
 /**
- * The SQL backend of `Blobs` (design 0250), in both dialects: `polyloop_blobs(hash, size, data)`
+ * The SQL backend of `Blobs` (design 0330), in both dialects: `polyloop_blobs(hash, size, data)`
  * written with `ON CONFLICT DO NOTHING` (a blob is stored once, whoever puts it first), and
  * `polyloop_refs(run_id, name, hash)` upserted. Statements run on the store's connections
  * (`statements.ts`), so on SQLite they go through the one connection the store holds.

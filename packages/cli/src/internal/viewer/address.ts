@@ -1,5 +1,5 @@
 /**
- * Addresses and hosts for `polyloop serve` (design 0240): which addresses are loopback, how an
+ * Addresses and hosts for `polyloop serve` (design 0340): which addresses are loopback, how an
  * address or a `Host` header is normalised before it is compared (the WHATWG URL parser, as the
  * browser itself does: `0::1` → `::1`, `127.1` → `127.0.0.1`, `LOCALHOST.` → `localhost`), and
  * the allowlist every request's `Host` (and a changing request's `Origin`) must be on.

@@ -1,5 +1,5 @@
 /**
- * The secret of one start of `polyloop serve` (design 0240): a random token printed in the
+ * The secret of one start of `polyloop serve` (design 0340): a random token printed in the
  * page's URL (`/?token=…`), exchanged for an `HttpOnly; SameSite=Strict` cookie named after the
  * token's hash (two viewers on one host keep their own), or sent by scripts as
  * `Authorization: Bearer <token>`. Compared in constant time.

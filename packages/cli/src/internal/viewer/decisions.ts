@@ -1,5 +1,5 @@
 /**
- * Approval decisions from the page (`POST /api/runs/<id>/decisions`, designs 0160 and 0240):
+ * Approval decisions from the page (`POST /api/runs/<id>/decisions`, designs 0160 and 0340):
  * the body the page sends (bounded: 8 KiB, each field limited, the action's hash 64 hex
  * digits), the checks that keep another site from deciding through the user's browser, the
  * recorded name (the page's name is a claim, recorded next to the server's `--as`), and the

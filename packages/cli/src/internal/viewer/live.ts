@@ -14,7 +14,7 @@
  * Both start with `retry:` (how long a browser waits before reconnecting) and send a comment
  * line every 15 s, so a connection a proxy would drop as idle stays open.
  *
- * The polling is shared (design 0240): a `Hub` keeps one poller per run, and one for the list, in
+ * The polling is shared (design 0340): a `Hub` keeps one poller per run, and one for the list, in
  * an `RcMap`, alive while a stream of it is open (and `linger` more, so a reconnect does not
  * restart it). A poller keeps its latest event in a `SubscriptionRef`; each stream reads its
  * changes, starting from the current one. N pages open on one run cost one log read per interval.

@@ -1,5 +1,5 @@
 /**
- * The viewer's search (`GET /api/search?q=&page=&pageSize=`, design 0241): a page of the store's
+ * The viewer's search (`GET /api/search?q=&page=&pageSize=`, design 0341): a page of the store's
  * own search (`RunLogStore.searchRuns`), asked for one hit more than the page holds to tell
  * whether another page follows. Nothing but the page is read.
  *

@@ -11,7 +11,7 @@
  *   one statement; PostgreSQL does the same without a schema change, with data-modifying `WITH`
  *   clauses (`SqlRunLogStore`). The version is recorded so that one number means one store
  *   version in both dialects.
- * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0250.
+ * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0330.
  *
  * Records are stored as `text` (the exact JSON the record Schemas encode), not `jsonb`, so a log
  * reads back byte for byte. Epoch milliseconds are `bigint` (claims) or `double precision`
@@ -83,7 +83,7 @@ WHERE s.kind = 'RunStarted'`
 })
 
 /**
- * Version 4 (design 0250): content-addressed blobs (`hash` the SHA-256 of `data`, stored once) and
+ * Version 4 (design 0330): content-addressed blobs (`hash` the SHA-256 of `data`, stored once) and
  * per-run refs naming a blob. No existing data changes.
  */
 const blobs = Effect.gen(function*() {

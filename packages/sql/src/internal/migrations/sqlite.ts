@@ -12,7 +12,7 @@
  *   statement — creates the summary row with `RunStarted`, checks the sequence number and the
  *   lease, inserts the record, updates the summary. One statement is atomic by itself, so the
  *   append needs no `BEGIN`/`COMMIT` of its own. No data changes.
- * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0250.
+ * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0330.
  *
  * @internal
  */
@@ -117,7 +117,7 @@ END`)
 })
 
 /**
- * Version 4 (design 0250): content-addressed blobs (`hash` the SHA-256 of `data`, stored once) and
+ * Version 4 (design 0330): content-addressed blobs (`hash` the SHA-256 of `data`, stored once) and
  * per-run refs naming a blob. No existing data changes.
  */
 const blobs = Effect.gen(function*() {
