@@ -869,7 +869,7 @@ const renderTimeline = (transcript) => {
       "p",
       { class: "muted" },
       "Each completed step as a bar of its duration, coloured by what its actions did; steps where the run was resumed, or whose action was settled again on a resume, are outlined and marked ↻. " +
-        "The log records each step's duration, not how it divides between the model and the tools, so no split is drawn."
+        "Each bar starts with its model call (grey), then its tools; a step resumed after its reply was logged, or one from a log written before the split was recorded, is one bar."
     ),
     el("div", { class: "charts" }, el("div", {}, timeline), el("div", {}, tokens)),
     el("details", { class: "data" }, el("summary", {}, "the numbers"), table)
