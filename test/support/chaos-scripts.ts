@@ -34,7 +34,6 @@ import * as Effect from "effect/Effect"
 import type * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as fs from "node:fs"
 import * as Scenario from "./crash-scenario.js"
 
 /** The scripted runs. */
@@ -61,7 +60,7 @@ const agentOf = (name: string, steps: number): AgentDefinition.AgentDefinition =
 const sideEffect = (sideFile: string, hook: EffectHook, what: string, line: Scenario.Execution) =>
   Effect.gen(function*() {
     yield* hook(what, "BeforeEffect")
-    yield* Effect.sync(() => fs.appendFileSync(sideFile, JSON.stringify(line) + "\n"))
+    yield* Effect.sync(() => Scenario.appendWhole(sideFile, JSON.stringify(line) + "\n"))
     yield* hook(what, "AfterEffect")
   })
 

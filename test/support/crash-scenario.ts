@@ -95,6 +95,23 @@ export const agent = (steps: number): AgentDefinition.AgentDefinition =>
  */
 export type EffectHook = (tool: string, phase: "BeforeEffect" | "AfterEffect") => Effect.Effect<void>
 
+const page = 4096
+
+/**
+ * Appends a short line so that a SIGKILL cannot cut it: Linux copies a write into the page cache
+ * page by page and stops between two pages when a fatal signal is pending, so a line that
+ * straddles a page boundary can be torn (seen once in a fresh-clone run: `…"too{"runId":…`). A
+ * line that would straddle one is moved to the next page by a padding write of newlines (empty
+ * lines, which the reader skips; a torn padding write is only fewer newlines). @internal
+ */
+export const appendWhole = (file: string, line: string): void => {
+  const bytes = Buffer.byteLength(line)
+  const size = fs.existsSync(file) ? fs.statSync(file).size : 0
+  const offset = size % page
+  if (bytes <= page && offset + bytes > page) fs.appendFileSync(file, "\n".repeat(page - offset))
+  fs.appendFileSync(file, line)
+}
+
 /** The tools; each execution is appended to `sideFile`, then the handler takes `work` (real time). */
 export const tools = (sideFile: string, work: Duration.DurationInput, hook?: EffectHook) => {
   const record = (tool: string, replay: "Never" | "Always") =>
@@ -102,7 +119,7 @@ export const tools = (sideFile: string, work: Duration.DurationInput, hook?: Eff
       const ctx = yield* ToolContext.ToolContext
       const line: Execution = { runId: ctx.runId, tool, step: ctx.step, callId: ctx.callId, replay, pid: process.pid }
       if (hook !== undefined) yield* hook(tool, "BeforeEffect")
-      yield* Effect.sync(() => fs.appendFileSync(sideFile, JSON.stringify(line) + "\n"))
+      yield* Effect.sync(() => appendWhole(sideFile, JSON.stringify(line) + "\n"))
       if (hook !== undefined) yield* hook(tool, "AfterEffect")
       yield* Effect.sleep(work)
     })
@@ -133,8 +150,9 @@ export const tools = (sideFile: string, work: Duration.DurationInput, hook?: Eff
 }
 
 /**
- * Reads the side file. Each line was appended by one `write(2)` of a few dozen bytes, which a
- * SIGKILL cannot cut in half; a line that does not parse is an error, not something to skip.
+ * Reads the side file. Each line was appended by one `write(2)` of a few dozen bytes within one
+ * page (`appendWhole`), which a SIGKILL cannot cut in half; a line that does not parse is an
+ * error, not something to skip.
  */
 export const readExecutions = (sideFile: string): ReadonlyArray<Execution> => {
   if (!fs.existsSync(sideFile)) return []
