@@ -23,3 +23,8 @@ export * as OpenAiCompatible from "./OpenAiCompatible.js"
  * A `ModelClient` for OpenAI's Responses API (`POST <baseUrl>/responses`) through `@effect/ai-openai` (`OpenAiClient` + `OpenAiLanguageModel`) and `AiModelClient`: the `@effect/ai` provider route, with the request's `ModelSettings` applied per call (`model`, `temperature`, `topP`, `maxOutputTokens`; `extra` merged verbatim into the Responses request). `seed` and `stop` do not exist in the Responses API: a request that sets them fails with a non-retryable `ModelError` rather than running with them ignored.
  */
 export * as OpenAiResponses from "./OpenAiResponses.js"
+
+/**
+ * Real token counts for the history policies' token budgets (design 0300): OpenAI's encodings (`o200k_base`, `cl100k_base`) from js-tiktoken as a `TokenCounter` layer, linear in the text.
+ */
+export * as Tokenizers from "./Tokenizers.js"

@@ -99,6 +99,7 @@ const fromRunError = (error: RunError): AttemptError => {
     case "SnapshotMismatch":
     case "ExecutorRegistryMismatch":
     case "InvalidRunRequest":
+    case "ContextWindowExceeded":
       return { _tag: "Fatal", reason: "Request", error: describeError(error) }
   }
 }

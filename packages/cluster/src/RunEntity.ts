@@ -22,7 +22,10 @@ export const FailureReason = Schema.Literal(
   "Payload",
   /** `resolve` failed (or returned a request for another run). */
   "Resolve",
-  /** The request can never run as is (`SnapshotMismatch`, `ExecutorRegistryMismatch`, `InvalidRunRequest`). */
+  /**
+   * The request can never run as is (`SnapshotMismatch`, `ExecutorRegistryMismatch`,
+   * `InvalidRunRequest`, `ContextWindowExceeded`: a history the policy cannot shrink).
+   */
   "Request",
   /** The store or the model kept failing through every retry. */
   "Exhausted",

@@ -32,14 +32,15 @@ import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
-import { ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
+import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
 import { RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Gate from "./internal/gate.js"
+import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as History from "./internal/history.js"
-import * as Masking from "./internal/masking.js"
+import * as Rendering from "./internal/rendering.js"
 import * as PrefixView from "./internal/prefixView.js"
 import { andThen, asStep, emit, type Run, span } from "./internal/run.js"
 import * as State from "./internal/state.js"
@@ -48,7 +49,7 @@ import * as Streaming from "./internal/streaming.js"
 import * as Tracing from "./internal/tracing.js"
 import * as Truncation from "./internal/truncation.js"
 import * as Wiring from "./internal/wiring.js"
-import { ModelClient, type ModelRequest } from "./ModelClient.js"
+import { currentCall, ModelClient, type ModelRequest } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import type { ParsedReply } from "./ParsedReply.js"
@@ -56,6 +57,7 @@ import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
 import * as Snapshot from "./Snapshot.js"
 import { StopReason } from "./StopReason.js"
+import * as TokenCounter from "./TokenCounter.js"
 import { isDerivedExecutor, isDerivedFrom, type ToolRegistry } from "./ToolRegistry.js"
 
 /** What to run: an agent on a task with a registry of tools, under a caller-chosen run id. */
@@ -182,7 +184,7 @@ const logModelFailure = (step: number, error: ModelError) =>
   Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
 
 /** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
-const generate = (run: Run, step: number, sent: Masking.Sent | undefined) => {
+const generate = (run: Run, step: number, sent: Rendering.Sent | undefined) => {
   // A value (design 0211): a read-only view of the history's first n messages, made in O(1);
   // under a masking policy, the masker's view (design 0300), made in O(1) too.
   const messages = sent !== undefined ? sent.messages : PrefixView.prefix(run.state.messages)
@@ -220,28 +222,106 @@ const generate = (run: Run, step: number, sent: Masking.Sent | undefined) => {
 const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
   Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
 
+/** Did the provider refuse the request as longer than its context window? */
+const isContextExceeded = (error: ModelError): boolean => error.code === "context_length_exceeded"
+
+/** Appends a `HistoryCompacted` record (design 0300) before the request that uses it. */
+const compact = (run: Run, step: number, reason: RunLog.HistoryCompacted["reason"], planned: Rendering.Planned) => {
+  const record: RunLog.HistoryCompacted = {
+    _tag: "HistoryCompacted",
+    seq: run.state.seq,
+    step: asStep(step),
+    reason,
+    toStep: asStep(planned.toStep),
+    requestTokens: planned.requestTokens
+  }
+  return Effect.map(run.store.appendCompaction(run.runId, record), () => {
+    run.state.seq += 1
+    run.state.compactions.push(record)
+  })
+}
+
+/** The counted size of a keep-everything request (for `ContextWindowExceeded`): the approximate count. */
+const keepAllTokens = (run: Run): number => {
+  let n = TokenCounter.approximateCount(JSON.stringify(run.modelTools))
+  for (const message of run.state.messages) n += Rendering.messageTokens(TokenCounter.approximateCount, message)
+  return n
+}
+
+const exceeded = (run: Run, step: number, cause: ModelError) =>
+  new ContextWindowExceeded({
+    runId: run.runId,
+    step: asStep(step),
+    ...(run.renderer?.window === undefined ? {} : { window: run.renderer.window }),
+    requestTokens: run.renderer === undefined ? keepAllTokens(run) : run.renderer.tokens(run.state),
+    cause
+  })
+
+/**
+ * The step's request under the history policy: the compaction its token budget asks for first
+ * (recorded), then the rendering. Undefined for keep-everything (today's prefix view).
+ */
+const prepare = (run: Run, step: number): Effect.Effect<Rendering.Sent | undefined, Gate.LoopError> => {
+  const renderer = run.renderer
+  if (renderer === undefined) return Effect.succeed(undefined)
+  const planned = renderer.plan(run.state)
+  if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
+  return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+}
+
+/**
+ * The model call of a step, with the emergency step (design 0300, decision 4): a request the
+ * provider refuses as too long is shrunk by the policy (every step but the last dropped,
+ * recorded) and sent again once; `ContextWindowExceeded` when the policy cannot shrink it.
+ */
+const generateFitting = (
+  run: Run,
+  step: number,
+  sent: Rendering.Sent | undefined
+): Effect.Effect<readonly [ModelReply, Rendering.Sent | undefined], Gate.LoopError> => {
+  const renderer = run.renderer
+  const call = (current: Rendering.Sent | undefined) => {
+    const generated = generate(run, step, current)
+    return renderer === undefined ? generated : Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" })
+  }
+  return call(sent).pipe(
+    Effect.map((reply) => [reply, sent] as const),
+    Effect.catchIf(isContextExceeded, (error): Effect.Effect<readonly [ModelReply, Rendering.Sent | undefined], Gate.LoopError> => {
+      const planned = renderer?.emergency(run.state)
+      if (renderer === undefined || planned === undefined) return Effect.fail(exceeded(run, step, error))
+      return Effect.flatMap(compact(run, step, "ContextExceeded", planned), () => {
+        const again = renderer.request(run.state)
+        return call(again).pipe(
+          Effect.map((reply) => [reply, again] as const),
+          Effect.catchIf(isContextExceeded, (second) => Effect.fail(exceeded(run, step, second)))
+        )
+      })
+    })
+  )
+}
+
 /** One live step: model call, durable reply, parse, then `settle`. */
 const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
-  const sent = run.masker?.request(run.state)
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
-    Effect.flatMap(generate(run, step, sent), (generated) => {
-      run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
-      const reply = History.assignReplyCallIds(generated, step)
-      const replied: RunLog.ModelReplied = {
-        _tag: "ModelReplied",
-        seq: run.state.seq,
-        step: asStep(step),
-        reply,
-        requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
-      }
-      return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
-        run.state.seq += 1
-        return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
-          Effect.flatMap(decideReply(run, reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
-      })
-    }))
+    Effect.flatMap(prepare(run, step), (prepared) =>
+      Effect.flatMap(generateFitting(run, step, prepared), ([generated, sent]) => {
+        run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+        const reply = History.assignReplyCallIds(generated, step)
+        const replied: RunLog.ModelReplied = {
+          _tag: "ModelReplied",
+          seq: run.state.seq,
+          step: asStep(step),
+          reply,
+          requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
+        }
+        return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
+          run.state.seq += 1
+          return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
+            Effect.flatMap(decideReply(run, reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
+        })
+      })))
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
 }
 
@@ -399,6 +479,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     const sink = yield* EventSink.EventSink
     const tracer = yield* Effect.tracer
     const clock = yield* Effect.clock
+    const counters = Option.getOrElse(yield* Effect.serviceOption(TokenCounter.TokenCounter), () => TokenCounter.approximateOnly)
     return yield* Effect.scoped(
       Effect.gen(function*() {
         // Claim first, then read the log once: under the claim nobody else writes, so what is
@@ -427,6 +508,14 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         })
         const messages = History.initial(agent.systemPrompt, request.task)
         const modelTools = request.tools.modelView()
+        const parts = HistoryPolicy.partsOf(agent.history)
+        const count = parts?.fit === undefined ? TokenCounter.approximateCount : counters.encoding(parts.fit.tokenizer)
+        if (count === undefined) {
+          return yield* new InvalidRunRequest({
+            runId,
+            issues: `the history policy counts with the encoding "${parts!.fit!.tokenizer}", which the TokenCounter in context does not have (it has: ${counters.names.join(", ")}); provide @polyloop/ai's Tokenizers.layer for OpenAI encodings`
+          })
+        }
         const current: Run = {
           runId,
           request,
@@ -440,7 +529,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           schedule: scheduleOf(agent.modelRetry),
           modelTools,
           fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
-          masker: agent.history?._tag === "MaskObservations" ? Masking.make(agent.history, modelTools, agent.modelSettings) : undefined,
+          renderer: parts === undefined ? undefined : Rendering.make(parts, modelTools, agent.modelSettings, count!),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           parallel,
           concurrency: agent.actionConcurrency ?? 1,

@@ -218,6 +218,27 @@ export class Suspended extends Schema.TaggedError<Suspended>()("Suspended", {
   }
 }
 
+/**
+ * The provider refused a step's request as longer than its context window, and the run's history
+ * policy could not shrink it (design 0300, decision 4): `keepAll`, nothing left to drop, or a
+ * second refusal after the emergency step. `window`: the policy's window when it names one;
+ * `requestTokens`: the request's counted size. Nothing is lost: the run can be resumed under
+ * a policy that shrinks (a fork changes the policy).
+ */
+export class ContextWindowExceeded extends Schema.TaggedError<ContextWindowExceeded>()("ContextWindowExceeded", {
+  runId: Schema.String,
+  step: StepIndex,
+  window: Schema.optional(Schema.Int),
+  requestTokens: Schema.Int,
+  cause: ModelError
+}) {
+  override get message(): string {
+    return `run ${this.runId}: the request of step ${this.step} (${this.requestTokens} tokens counted) exceeds the model's context window${
+      this.window === undefined ? "" : ` (${this.window} tokens)`
+    } and the history policy cannot shrink it further: ${this.cause.message}`
+  }
+}
+
 /** What `Agent.run` can fail with. */
 export type RunError =
   | ModelError
@@ -228,6 +249,7 @@ export type RunError =
   | ExecutorRegistryMismatch
   | InvalidRunRequest
   | Suspended
+  | ContextWindowExceeded
 
 /** Schema of `RunError`. */
 export const RunError = Schema.Union(
@@ -238,5 +260,6 @@ export const RunError = Schema.Union(
   ConcurrentWriter,
   ExecutorRegistryMismatch,
   InvalidRunRequest,
-  Suspended
+  Suspended,
+  ContextWindowExceeded
 )

@@ -12,6 +12,16 @@
  *   moves each request extends the previous one (provider prompt caches keep working). The
  *   system prompt, the task, each `Assistant` message and its call ids are never changed, so a
  *   call is never separated from its answer; an answer no longer than its placeholder is kept.
+ * - `fitTokens({ window, headroom, tokenizer, trimTo })`: when a request would count more than
+ *   `window − headroom` tokens, whole steps are dropped, oldest first, down to
+ *   `trimTo · (window − headroom)`, and replaced by one note (`[steps 0–39 omitted: 40 steps]`);
+ *   the system prompt, the task and the last step are never dropped. Each drop is a
+ *   `HistoryCompacted` record in the log, written before the request that uses it.
+ * - `compose(mask, fit)`: masking first, the budget counted over the masked requests.
+ *
+ * Every policy but `keepAll` can shrink a request a provider refuses as too long
+ * (`context_length_exceeded`): the emergency step drops every step but the last, recorded, and
+ * the model call is made again once (design 0300, decision 4).
  *
  * @since 0.2.0
  */
@@ -37,8 +47,34 @@ export const MaskObservations = Schema.TaggedStruct("MaskObservations", {
 /** @since 0.2.0 */
 export interface MaskObservations extends Schema.Schema.Type<typeof MaskObservations> {}
 
+/** Whole steps dropped, oldest first, to keep each request inside a token budget (see the module header). */
+export const FitTokens = Schema.TaggedStruct("FitTokens", {
+  /** The model's context window, in tokens. */
+  window: Schema.Int.pipe(Schema.positive()),
+  /** Tokens kept free for the reply (and the count's error): the budget is `window − headroom`. */
+  headroom: Schema.Int.pipe(Schema.nonNegative()),
+  /** The `TokenCounter` encoding counted with (`"approximate"`, `"o200k_base"`, …). */
+  tokenizer: Schema.String,
+  /** A drop goes down to this fraction of the budget, so the next request extends this one. */
+  trimTo: Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThanOrEqualTo(1)),
+  /** The note standing for dropped steps: `{from}`, `{to}` (step numbers) and `{count}` are filled. */
+  note: Schema.String
+}).pipe(Schema.filter((fit) => fit.headroom < fit.window || `headroom (${fit.headroom}) must be below the window (${fit.window})`))
+/** @since 0.2.0 */
+export interface FitTokens extends Schema.Schema.Type<typeof FitTokens> {}
+
+/** Policies applied in order: masking, then the token budget over the masked requests. */
+export const Compose = Schema.TaggedStruct("Compose", {
+  policies: Schema.Array(Schema.Union(MaskObservations, FitTokens))
+}).pipe(Schema.filter((compose) => {
+  const tags = compose.policies.map((policy) => policy._tag)
+  return new Set(tags).size === tags.length || `compose takes at most one policy of each kind (got ${tags.join(", ")})`
+}))
+/** @since 0.2.0 */
+export interface Compose extends Schema.Schema.Type<typeof Compose> {}
+
 /** A history policy. */
-export const HistoryPolicy = Schema.Union(KeepAll, MaskObservations)
+export const HistoryPolicy = Schema.Union(KeepAll, MaskObservations, FitTokens, Compose)
 /** @since 0.2.0 */
 export type HistoryPolicy = typeof HistoryPolicy.Type
 
@@ -63,6 +99,64 @@ export const maskObservations = (options: {
   every: options.every ?? 1,
   placeholder: options.placeholder ?? defaultPlaceholder
 })
+
+/** The default note of `fitTokens`. */
+export const defaultNote = "[steps {from}–{to} omitted: {count} steps]"
+
+/**
+ * Drops the oldest steps to keep each request under `window − headroom` tokens (headroom by
+ * default an eighth of the window), counted with `tokenizer` (default `"approximate"`; provide
+ * `@polyloop/ai`'s `Tokenizers.layer` for real encodings). Checked when a run starts.
+ */
+export const fitTokens = (options: {
+  readonly window: number
+  readonly headroom?: number
+  readonly tokenizer?: string
+  readonly trimTo?: number
+  readonly note?: string
+}): FitTokens => ({
+  _tag: "FitTokens",
+  window: options.window,
+  headroom: options.headroom ?? Math.floor(options.window / 8),
+  tokenizer: options.tokenizer ?? "approximate",
+  trimTo: options.trimTo ?? 0.75,
+  note: options.note ?? defaultNote
+})
+
+/** Masking, then a token budget (at most one of each; order does not matter). */
+export const compose = (...policies: ReadonlyArray<MaskObservations | FitTokens>): Compose => ({ _tag: "Compose", policies })
+
+/** The parts of a policy, by kind. */
+export interface Parts {
+  readonly mask: MaskObservations | undefined
+  readonly fit: FitTokens | undefined
+}
+
+/** The parts of a policy (`undefined` for `keepAll`: today's rendering). */
+export const partsOf = (policy: HistoryPolicy | undefined): Parts | undefined => {
+  if (policy === undefined) return undefined
+  switch (policy._tag) {
+    case "KeepAll":
+      return undefined
+    case "MaskObservations":
+      return { mask: policy, fit: undefined }
+    case "FitTokens":
+      return { mask: undefined, fit: policy }
+    case "Compose": {
+      let mask: MaskObservations | undefined
+      let fit: FitTokens | undefined
+      for (const part of policy.policies) {
+        if (part._tag === "MaskObservations") mask = part
+        else fit = part
+      }
+      return mask === undefined && fit === undefined ? undefined : { mask, fit }
+    }
+  }
+}
+
+/** The note standing for steps `[0, toStep)`. */
+export const noteFor = (template: string, toStep: number): string =>
+  template.replaceAll("{from}", "0").replaceAll("{to}", String(toStep - 1)).replaceAll("{count}", String(toStep))
 
 /** The first step whose observations are sent verbatim in the request of `step`. */
 export const boundary = (policy: MaskObservations, step: number): number =>

@@ -14,6 +14,8 @@
  */
 import * as Context from "effect/Context"
 import type * as Effect from "effect/Effect"
+import * as FiberRef from "effect/FiberRef"
+import { globalValue } from "effect/GlobalValue"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
@@ -75,6 +77,24 @@ export const layer = (
   generate: ModelClient.Service["generate"],
   stream?: ModelClient.Service["stream"]
 ): Layer.Layer<ModelClient> => Layer.succeed(ModelClient, make(generate, stream))
+
+/**
+ * Which call of a run the loop is making (design 0300): the step, and whether it is the step's
+ * request (`"Step"`) or a history summary's (`"Summary"`). Set by the loop around each model call
+ * of a run whose history policy can compact (the step is then not the number of `Assistant`
+ * messages of the request); `Replay.model` reads it. Unset (`undefined`) otherwise.
+ */
+export interface ModelCall {
+  readonly runId: string
+  readonly step: number
+  readonly purpose: "Step" | "Summary"
+}
+
+/** The model call in progress (see `ModelCall`). */
+export const currentCall: FiberRef.FiberRef<ModelCall | undefined> = globalValue(
+  Symbol.for("@polyloop/core/ModelClient/currentCall"),
+  () => FiberRef.unsafeMake<ModelCall | undefined>(undefined)
+)
 
 /** Whether the client streams its replies itself. */
 export const streams = (client: ModelClient.Service): boolean => client.stream !== undefined

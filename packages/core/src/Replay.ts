@@ -16,6 +16,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -27,7 +28,7 @@ import * as Fingerprint from "./internal/fingerprint.js"
 import * as Recorded from "./internal/recorded.js"
 import type { RunId } from "./Ids.js"
 import type * as Message from "./Message.js"
-import { ModelClient, type ModelRequest } from "./ModelClient.js"
+import { currentCall, ModelClient, type ModelRequest } from "./ModelClient.js"
 import type { ModelReply } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
@@ -122,14 +123,28 @@ export const make = (log: RunLog.RunLog): ModelClient.Service => {
     }
     return fingerprinter.hash.hash(request.messages)
   }
+  // Steps whose first request the recorded provider refused as too long (design 0300): the
+  // replayed run is refused the same way once, so it takes the same emergency step.
+  const refused = new Set<number>()
+  for (const compaction of log.compactions) if (compaction.reason === "ContextExceeded") refused.add(compaction.step)
   return {
     generate: (request) =>
-      Effect.suspend((): Effect.Effect<ModelReply, ModelError> => {
+      Effect.flatMap(FiberRef.get(currentCall), (call) => Effect.suspend((): Effect.Effect<ModelReply, ModelError> => {
         if (Either.isLeft(fixed)) {
           return Effect.fail(new ModelError({ retryable: false, message: `cannot replay: ${fixed.left}` }))
         }
         const recorded = fixed.right
-        const step = stepOf(request.messages)
+        // Under a compacting policy the loop names the step (dropped steps took their Assistant messages along).
+        const step = call !== undefined ? call.step : stepOf(request.messages)
+        if (refused.delete(step)) {
+          return Effect.fail(
+            new ModelError({
+              retryable: false,
+              code: "context_length_exceeded",
+              message: `replay: the recorded run's request of step ${step} was refused as longer than the context window`
+            })
+          )
+        }
         const actual = fingerprint(request)
         const replied = log.replies[step]
         if (replied === undefined || replied.step !== step) {
@@ -143,7 +158,7 @@ export const make = (log: RunLog.RunLog): ModelClient.Service => {
             onSome: (diverged) => Effect.fail(asModelError(diverged))
           }))
         )
-      })
+      }))
   }
 }
 

@@ -19,11 +19,12 @@ import { StopReason } from "./StopReason.js"
 /**
  * The version of the log's schema this code writes (design 0150). Version 1: one action per
  * step (`StepCompleted.resultId`, `Act.action`); version 2: several (`StepCompleted.resultIds`,
- * `ActionResulted.callIndex`, `Act.actions`). Logs of version 1 are read as version 2 (the
- * store's reader upgrades each record by its shape); a log that names a newer version is
+ * `ActionResulted.callIndex`, `Act.actions`); version 3: `HistoryCompacted` (design 0300). Logs
+ * of version 1 are read as version 3 (the store's reader upgrades each record by its shape); a
+ * version-2 log is a version-3 log without compactions; a log that names a newer version is
  * refused with `StoreError { reason: "SchemaVersion" }`.
  */
-export const logVersion = 2
+export const logVersion = 3
 
 /** A log schema version. Absent (`RunStarted` and `RunResumed` of version 1) means 1. */
 export const LogVersion = Schema.Int.pipe(Schema.between(1, logVersion))
@@ -127,6 +128,29 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
 /** @since 0.1.0 */
 export interface StepCompleted extends Schema.Schema.Type<typeof StepCompleted> {}
 
+/**
+ * What the model is sent changed (design 0300, decisions 4–5): from the request of `step` on,
+ * the steps before `toStep` are replaced by one note — `summary` when a summariser wrote one,
+ * the omitted-steps note otherwise. Written before the request that first uses it; each record
+ * supersedes the previous one. `reason`: the token budget of `fitTokens` (`Budget`), the
+ * threshold of `summarise` (`Threshold`), or a provider's `context_length_exceeded`
+ * (`ContextExceeded`, the emergency step). `requestTokens`: the counted size of the request that
+ * made it necessary. `requestHash` and `usage`: the summariser's request fingerprint and usage.
+ * The log keeps every step in full either way.
+ */
+export const HistoryCompacted = Schema.TaggedStruct("HistoryCompacted", {
+  seq: Seq,
+  step: StepIndex,
+  reason: Schema.Literal("Budget", "Threshold", "ContextExceeded"),
+  toStep: StepIndex,
+  requestTokens: Schema.NonNegativeInt,
+  summary: Schema.optional(Schema.String),
+  requestHash: Schema.optional(Schema.String),
+  usage: Schema.optional(Usage)
+})
+/** @since 0.2.0 */
+export interface HistoryCompacted extends Schema.Schema.Type<typeof HistoryCompacted> {}
+
 /** The run was resumed at `fromStep` (epoch milliseconds `at`). */
 export const RunResumed = Schema.TaggedStruct("RunResumed", {
   seq: Seq,
@@ -211,7 +235,8 @@ export const RunRecord = Schema.Union(
   RunResumed,
   RunFinished,
   ApprovalRequested,
-  ApprovalDecided
+  ApprovalDecided,
+  HistoryCompacted
 )
 /** @since 0.1.0 */
 export type RunRecord =
@@ -223,6 +248,7 @@ export type RunRecord =
   | RunFinished
   | ApprovalRequested
   | ApprovalDecided
+  | HistoryCompacted
 
 /** The kind of a record. */
 export type RecordKind = RunRecord["_tag"]
@@ -236,7 +262,8 @@ export const recordKinds: ReadonlyArray<RecordKind> = [
   "RunResumed",
   "RunFinished",
   "ApprovalRequested",
-  "ApprovalDecided"
+  "ApprovalDecided",
+  "HistoryCompacted"
 ]
 
 /**
@@ -254,6 +281,8 @@ export const RunLog = Schema.Struct({
   resumes: Schema.Array(RunResumed),
   /** Approval requests and decisions (design 0160), in write order. */
   approvals: Schema.Array(Schema.Union(ApprovalRequested, ApprovalDecided)),
+  /** History compactions (design 0300), in write order; empty in logs of version 1 and 2. */
+  compactions: Schema.Array(HistoryCompacted),
   finished: Schema.OptionFromSelf(RunFinished)
 })
 /** @since 0.1.0 */
@@ -267,6 +296,7 @@ export const empty: RunLog = {
   steps: [],
   resumes: [],
   approvals: [],
+  compactions: [],
   finished: Option.none()
 }
 
@@ -278,7 +308,8 @@ export const isEmpty = (log: RunLog): boolean =>
   log.results.length === 0 &&
   log.steps.length === 0 &&
   log.resumes.length === 0 &&
-  log.approvals.length === 0
+  log.approvals.length === 0 &&
+  log.compactions.length === 0
 
 /** The number of records in the log: also the sequence number of the next record. */
 export const size = (log: RunLog): number =>
@@ -288,6 +319,7 @@ export const size = (log: RunLog): number =>
   log.steps.length +
   log.resumes.length +
   log.approvals.length +
+  log.compactions.length +
   (Option.isSome(log.finished) ? 1 : 0)
 
 /** The sequence number the next record must carry. */
@@ -302,6 +334,7 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
   const steps: Array<StepCompleted> = []
   const resumes: Array<RunResumed> = []
   const approvals: Array<ApprovalRecord> = []
+  const compactions: Array<HistoryCompacted> = []
   for (const record of records) {
     switch (record._tag) {
       case "RunStarted":
@@ -326,9 +359,12 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
       case "ApprovalDecided":
         approvals.push(record)
         break
+      case "HistoryCompacted":
+        compactions.push(record)
+        break
     }
   }
-  return { started, replies, results: inCallOrder(results), steps, resumes, approvals, finished }
+  return { started, replies, results: inCallOrder(results), steps, resumes, approvals, compactions, finished }
 }
 
 /**
@@ -407,7 +443,7 @@ export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunR
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
   const all: Array<RunRecord> = []
   if (Option.isSome(log.started)) all.push(log.started.value)
-  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals)
+  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals, ...log.compactions)
   if (Option.isSome(log.finished)) all.push(log.finished.value)
   return all.sort((a, b) => a.seq - b.seq)
 }

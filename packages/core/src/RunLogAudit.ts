@@ -68,6 +68,7 @@ export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
   let expected = 0 // the step the next reply is for
   let replied: number | undefined // the step replied to and not yet completed
   let finishedAt: number | undefined
+  let compactedTo = 0 // the toStep of the last HistoryCompacted
   for (const record of records) {
     if (finishedAt !== undefined && record._tag !== "ApprovalRequested" && record._tag !== "ApprovalDecided") {
       problems.push(`record ${record.seq}: ${record._tag} after RunFinished (record ${finishedAt})`)
@@ -88,6 +89,15 @@ export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
           problems.push(`record ${record.seq}: StepCompleted of step ${record.step} without a reply of that step before it`)
         }
         replied = undefined
+        break
+      case "HistoryCompacted":
+        // Written before the request that uses it (design 0300): the next step's, before its reply.
+        if (replied !== undefined || record.step !== expected) {
+          problems.push(`record ${record.seq}: HistoryCompacted for step ${record.step} where the next request was step ${replied === undefined ? expected : `${replied}'s completion`}`)
+        }
+        if (record.toStep > record.step) problems.push(`record ${record.seq}: HistoryCompacted replaces steps up to ${record.toStep}, beyond its own step ${record.step}`)
+        if (record.toStep < compactedTo) problems.push(`record ${record.seq}: HistoryCompacted replaces fewer steps (${record.toStep}) than the one before it (${compactedTo})`)
+        compactedTo = Math.max(compactedTo, record.toStep)
         break
       case "RunFinished":
         finishedAt = record.seq

@@ -186,6 +186,8 @@ export declare namespace RunLogStore {
       runId: RunId,
       records: Arr.NonEmptyReadonlyArray<RunLog.ApprovalRecord>
     ) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /** A history compaction (design 0300), before the request that uses it. */
+    readonly appendCompaction: (runId: RunId, record: RunLog.HistoryCompacted) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly listRuns: (query?: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
     /** Exclusive ownership of a run for the life of the scope. */
     readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
@@ -428,6 +430,7 @@ export const make = (backend: Backend): RunLogStore.Service => {
     finish: (runId, record) => append(runId, [record]),
     appendRecords: append,
     appendApprovals: (runId, records) => append(runId, records),
+    appendCompaction: (runId, record) => append(runId, [record]),
     listRuns: (query) => backend.listRuns(query ?? {}),
     claim: (runId) => backend.claim(runId),
     ...(backend.search === undefined ? {} : { searchRuns: backend.search }),

@@ -30,9 +30,14 @@ export * as Agent from "./Agent.js"
 export * as AgentDefinition from "./AgentDefinition.js"
 
 /**
- * History policies (design 0300): what the model is sent of a run's history, as a pure function of the log; the log keeps everything. `keepAll` (the default) or `maskObservations({ keepLast, every })`. In the snapshot: changing it is drift.
+ * History policies (design 0300): what the model is sent of a run's history, as a pure function of the log; the log keeps everything. `keepAll` (the default), `maskObservations({ keepLast, every })`, `fitTokens({ window, headroom, tokenizer })` and `compose(…)`; every compaction is a `HistoryCompacted` record. In the snapshot: changing it is drift.
  */
 export * as HistoryPolicy from "./HistoryPolicy.js"
+
+/**
+ * Counting tokens (design 0300): the `TokenCounter` port a token-budget history policy counts with; core's default has only `approximate` (⌈characters / 4⌉), `@polyloop/ai`'s `Tokenizers.layer` adds OpenAI's encodings.
+ */
+export * as TokenCounter from "./TokenCounter.js"
 
 /**
  * Human approval that survives restarts (design 0160). A tool declares `approval` (see `Tool`); when a step's call needs it, the loop records `ApprovalRequested` and `Agent.run` stops with `Suspended`, holding nothing. `decide` records a person's `ApprovalDecided`, bound to the requested action's hash; the next `Agent.run` resumes: an approved call runs once, a rejected one is `NotExecuted` with the `rejected` text.

@@ -215,14 +215,17 @@ const record = (value: unknown): Readonly<Record<string, unknown>> | undefined =
  * The code, type and param of an error body in any of the shapes providers use: OpenAI, Azure,
  * Groq, DeepSeek (`{error: {code, type, param}}`), Anthropic (`{type: "error", error: {type},
  * request_id}`), Mistral (`{object: "error", type, code, param}`), Gemini's OpenAI endpoint
- * (`[{error: {code, status}}]`, `status` as the type). Free text (`message`) is never kept.
+ * (`[{error: {code, status}}]`, `status` as the type). Free text (`message`) is never kept —
+ * but Anthropic says "too long" only in it (`prompt is too long: 200251 tokens > 200000
+ * maximum`, with no code): that message becomes the code OpenAI uses for the same refusal,
+ * `context_length_exceeded`, which the loop's emergency step reads (design 0300).
  * @internal
  */
 export const providerErrorOf = (body: unknown): ProviderError => {
   const top = record(Array.isArray(body) ? body[0] : body)
   if (top === undefined) return {}
   const inner = record(top.error) ?? top
-  const code = token(inner.code)
+  const code = token(inner.code) ?? (isPromptTooLong(inner.message) ? "context_length_exceeded" : undefined)
   const type = token(inner.type) ?? token(inner.status)
   const param = token(inner.param)
   const requestId = token(top.request_id)
@@ -233,6 +236,9 @@ export const providerErrorOf = (body: unknown): ProviderError => {
     ...(requestId === undefined ? {} : { requestId })
   }
 }
+
+/** Anthropic's refusal of a request longer than the context window (its only sign: the message's start). */
+const isPromptTooLong = (message: unknown): boolean => typeof message === "string" && /^prompt is too long\b/i.test(message)
 
 /** Error codes and types that mean "no money/quota left": never worth a retry, whatever the status. @internal */
 const quotaWords = new Set(["insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "quota_exceeded"])

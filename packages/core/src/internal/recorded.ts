@@ -17,7 +17,8 @@ import type { ModelRequest, ToolDefinition } from "../ModelClient.js"
 import * as RunLog from "../RunLog.js"
 import * as Snapshot from "../Snapshot.js"
 import * as History from "./history.js"
-import * as Masking from "./masking.js"
+import * as Rendering from "./rendering.js"
+import * as HistoryPolicy from "../HistoryPolicy.js"
 import { formatIssues } from "./issues.js"
 import * as State from "./state.js"
 
@@ -71,12 +72,17 @@ export const messages = (
  * loop's own masker, over the state rebuilt from the steps before it. @internal
  */
 export const sentAt = (recorded: Recorded, log: RunLog.RunLog, step: number): Effect.Effect<ReadonlyArray<Message.Message>, StoreError> => {
-  const policy = recorded.snapshot.agent.history
-  if (policy === undefined || policy._tag === "KeepAll") return messages(recorded, log, step)
+  const parts = HistoryPolicy.partsOf(recorded.snapshot.agent.history)
+  if (parts === undefined) return messages(recorded, log, step)
   const initial = History.initial(recorded.snapshot.agent.systemPrompt, recorded.started.task)
-  const prefix = RunLog.fromRecords([recorded.started, ...RunLog.recordsBeforeStep(log, step)])
+  // The compactions written before this step's request count (they carry its step number).
+  const prefix = RunLog.fromRecords([
+    recorded.started,
+    ...RunLog.recordsBeforeStep(log, step),
+    ...log.compactions.filter((compaction) => compaction.step === step)
+  ])
   return Effect.map(State.rebuild(recorded.runId, prefix, initial, recorded.texts), (rebuilt) =>
-    Masking.make(policy, recorded.tools, recorded.snapshot.agent.modelSettings).request(rebuilt.state).messages)
+    Rendering.makeRendering(parts, recorded.tools, recorded.snapshot.agent.modelSettings).request(rebuilt.state).messages)
 }
 
 /** The request the recorded run sent at `step` (the step must have its earlier steps completed). @internal */

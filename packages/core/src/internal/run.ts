@@ -19,8 +19,8 @@ import type { ModelClient, ToolDefinition } from "../ModelClient.js"
 import type { RunLogStore } from "../RunLogStore.js"
 import type { DerivedExecutor } from "../ToolRegistry.js"
 import type * as Fingerprint from "./fingerprint.js"
-import type * as Masking from "./masking.js"
 import type * as History from "./history.js"
+import type * as Rendering from "./rendering.js"
 import type { Gate } from "./gate.js"
 import type * as State from "./state.js"
 
@@ -39,8 +39,8 @@ export interface Run {
   readonly modelTools: ReadonlyArray<ToolDefinition>
   /** Fingerprints the requests of this run (`ModelReplied.requestHash`). */
   readonly fingerprint: Fingerprint.Fingerprinter
-  /** Renders the requests under a masking history policy (design 0300); undefined: keep everything. */
-  readonly masker: Masking.Masker | undefined
+  /** Renders the requests under a history policy (design 0300); undefined: keep everything. */
+  readonly renderer: Rendering.Renderer | undefined
   readonly maxDurationMillis: number | undefined
   /** Whether a step runs several actions of one reply (`parallelToolCalls`, resolved). */
   readonly parallel: boolean

@@ -37,6 +37,10 @@ export interface State {
   /** Milliseconds the live step's model call took (read by its `StepCompleted`); undefined for a resumed step. */
   modelElapsed: number | undefined
   last: LastStep | undefined
+  /** The history compactions recorded so far (design 0300), in order. */
+  readonly compactions: Array<RunLog.HistoryCompacted>
+  /** The provider's input tokens of the last completed step's reply. */
+  lastInputTokens: number
 }
 
 /** The state of a fresh run, whose `RunStarted` has sequence number 0. @internal */
@@ -52,7 +56,9 @@ export const fresh = (messages: History.Messages): State => ({
   eventDeliveryFailures: 0,
   seq: 1,
   modelElapsed: undefined,
-  last: undefined
+  last: undefined,
+  compactions: [],
+  lastInputTokens: 0
 })
 
 /** Is one of the results `Executed` (the step is effective)? @internal */
@@ -75,6 +81,7 @@ export const applyStep = (
   state.outputTokens += step.usage.outputTokens
   state.elapsed += step.elapsed
   state.last = { decision: step.decision, results }
+  state.lastInputTokens = reply.usage.inputTokens
   state.stepStarts.push(state.messages.length)
   History.appendStep(state.messages, reply, step.decision, results, texts)
 }
@@ -136,9 +143,15 @@ export const rebuild = (
         return corrupt(runId, "a result does not belong to a completed step")
       }
     }
+    for (const compaction of log.compactions) {
+      if (compaction.step > log.steps.length || compaction.toStep > compaction.step) {
+        return corrupt(runId, `the history compaction at record ${compaction.seq} (step ${compaction.step}, steps before ${compaction.toStep}) does not fit the log`)
+      }
+      state.compactions.push(compaction)
+    }
     state.resumedCount = log.resumes.length
     state.seq =
       (Option.isSome(log.started) ? 1 : 0) + log.replies.length + log.results.length + log.steps.length + log.resumes.length +
-      log.approvals.length
+      log.approvals.length + log.compactions.length
     return Effect.succeed({ state, interrupted: Option.fromNullable(pending), interruptedResults })
   })

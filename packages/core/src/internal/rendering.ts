@@ -1,0 +1,243 @@
+/**
+ * The requests of a run under a history policy (design 0300, decisions 2–4). What is sent is
+ *
+ *   preamble (system prompt, task) · note (steps [0, t) omitted, when a compaction stands) ·
+ *   steps [t, b) with their answers masked · steps [max(t, b), n) verbatim
+ *
+ * where `t` is the `toStep` of the last `HistoryCompacted` record and `b` the masking boundary
+ * (0 without masking). The first three parts are one append-only array, the `front`; the verbatim
+ * rest is the run's own history array from its step on. A request is a view over both, made in
+ * O(1); moving `b` (every `every` steps) appends the masked messages of the steps it passes,
+ * once; a new compaction (a new `t`) builds a new front, once — the retained steps' messages,
+ * amortised O(1) per step because a drop goes down to `trimTo` of the budget. The fingerprint is
+ * kept the same way (`Fingerprint.makeRewindable`, a new one per front).
+ *
+ * Counting (`Counting`, only for a token budget and the emergency step): each completed step is
+ * counted once, verbatim and masked, into prefix sums, so the size of any rendering is O(1).
+ *
+ * The same code renders a live run, a resumed one (a fresh renderer over the rebuilt state) and a
+ * replay's expected request, so they are equal.
+ *
+ * @internal
+ */
+import * as HistoryPolicy from "../HistoryPolicy.js"
+import type * as Message from "../Message.js"
+import type { ToolDefinition } from "../ModelClient.js"
+import type { ModelSettings } from "../ModelSettings.js"
+import type * as RunLog from "../RunLog.js"
+import type * as TokenCounter from "../TokenCounter.js"
+import * as Fingerprint from "./fingerprint.js"
+import * as PrefixView from "./prefixView.js"
+
+/** The history a renderer reads: the run's messages, where each completed step's messages start, the compactions. @internal */
+export interface Source {
+  readonly messages: Array<Message.Message>
+  /** `stepStarts[s]`: the index of step s's `Assistant` message. */
+  readonly stepStarts: ReadonlyArray<number>
+  /** Completed steps: the request is for this step. */
+  readonly steps: number
+  /** The compactions recorded so far, in order. */
+  readonly compactions: ReadonlyArray<RunLog.HistoryCompacted>
+  /** The provider's input tokens of the last completed step's reply (0: not reported). */
+  readonly lastInputTokens: number
+}
+
+/** A request's messages and fingerprint. @internal */
+export interface Sent {
+  readonly messages: ReadonlyArray<Message.Message>
+  readonly hash: string
+}
+
+/** A compaction to record: steps `[0, toStep)` replaced, and the counted size of the request that asked for it. @internal */
+export interface Planned {
+  readonly toStep: number
+  readonly requestTokens: number
+}
+
+/** Renders the requests of one run (owned by the run's fiber). @internal */
+export interface Renderer {
+  readonly request: (source: Source) => Sent
+  /** The compaction the token budget asks for before the request of `source.steps`, if any. */
+  readonly plan: (source: Source) => Planned | undefined
+  /** The emergency step after a `context_length_exceeded`: drop every step but the last; undefined when nothing is left to drop. */
+  readonly emergency: (source: Source) => Planned | undefined
+  /** The counted (calibrated) size of the request of `source.steps`. */
+  readonly tokens: (source: Source) => number
+  /** The budget's window, when the policy names one. */
+  readonly window: number | undefined
+}
+
+/** The message with its answer text masked when the placeholder is shorter. */
+const masked = (policy: HistoryPolicy.MaskObservations, message: Message.Message): Message.Message => {
+  switch (message._tag) {
+    case "Tool": {
+      const text = HistoryPolicy.placeholderFor(policy, message.name, message.text)
+      return text.length < message.text.length ? { ...message, text } : message
+    }
+    case "User": {
+      const text = HistoryPolicy.placeholderFor(policy, "observation", message.text)
+      return text.length < message.text.length ? { _tag: "User", text } : message
+    }
+    default:
+      return message
+  }
+}
+
+/** The step whose request a compaction record first applies to is `record.step`: the last record at or before `step`. */
+const toStepAt = (compactions: ReadonlyArray<RunLog.HistoryCompacted>, step: number): number => {
+  for (let i = compactions.length - 1; i >= 0; i--) {
+    const record = compactions[i]!
+    if (record.step <= step) return record.toStep
+  }
+  return 0
+}
+
+/** The rendering part: no counting. @internal */
+export interface Rendering {
+  readonly request: (source: Source) => Sent
+}
+
+/** @internal */
+export const makeRendering = (parts: HistoryPolicy.Parts, tools: ReadonlyArray<ToolDefinition>, settings: ModelSettings): Rendering => {
+  const mask = parts.mask
+  const noteTemplate = parts.fit?.note ?? HistoryPolicy.defaultNote
+  let front: Array<Message.Message> = []
+  let frontTo = -1 // the compaction the front was built for (-1: none built yet)
+  let frontB = 0 // steps before this are in the front (masked or dropped)
+  let fingerprint = Fingerprint.makeRewindable(tools, settings)
+  const preambleEnd = (source: Source) => source.stepStarts[0] ?? source.messages.length
+  const appendMasked = (source: Source, from: number, to: number) => {
+    const { messages, stepStarts } = source
+    for (let s = from; s < to; s++) {
+      const start = stepStarts[s]!
+      const end = stepStarts[s + 1] ?? messages.length
+      front.push(messages[start]!)
+      for (let i = start + 1; i < end; i++) front.push(mask === undefined ? messages[i]! : masked(mask, messages[i]!))
+    }
+  }
+  return {
+    request: (source) => {
+      const { messages, stepStarts, steps } = source
+      const t = Math.min(toStepAt(source.compactions, steps), steps)
+      const b = Math.max(t, mask === undefined ? 0 : Math.min(HistoryPolicy.boundary(mask, steps), steps))
+      if (t !== frontTo && (t > 0 || b > 0)) {
+        // A new compaction: a new front (requests already made keep theirs).
+        front = []
+        fingerprint = Fingerprint.makeRewindable(tools, settings)
+        for (let i = 0; i < preambleEnd(source); i++) front.push(messages[i]!)
+        if (t > 0) front.push({ _tag: "User", text: HistoryPolicy.noteFor(noteTemplate, t) })
+        frontTo = t
+        frontB = t
+      }
+      if (b > frontB) {
+        appendMasked(source, frontB, b)
+        frontB = b
+      }
+      if (frontTo === -1) return { messages: PrefixView.prefix(messages), hash: fingerprint.hash(PrefixView.prefix(messages), 0) }
+      const view = PrefixView.concat(front, front.length, messages, stepStarts[frontB] ?? messages.length, messages.length)
+      return { messages: view, hash: fingerprint.hash(view, front.length) }
+    }
+  }
+}
+
+/** The tokens of a message: its texts (and a call's name and arguments), plus 4 for the message's framing. @internal */
+export const messageTokens = (count: TokenCounter.Count, message: Message.Message): number => {
+  switch (message._tag) {
+    case "System":
+    case "User":
+      return 4 + count(message.text)
+    case "Tool":
+      return 4 + count(message.name) + count(message.text)
+    case "Assistant": {
+      let n = 4 + count(message.text)
+      for (const call of message.toolCalls) n += count(call.name) + count(call.argumentsText)
+      return n
+    }
+  }
+}
+
+/** @internal */
+export const make = (
+  parts: HistoryPolicy.Parts,
+  tools: ReadonlyArray<ToolDefinition>,
+  settings: ModelSettings,
+  count: TokenCounter.Count
+): Renderer => {
+  const rendering = makeRendering(parts, tools, settings)
+  const { fit, mask } = parts
+  const noteTemplate = fit?.note ?? HistoryPolicy.defaultNote
+  // Prefix sums over completed steps: verbatim[s] / maskedSums[s] = tokens of steps [0, s).
+  const verbatim: Array<number> = [0]
+  const maskedSums: Array<number> = [0]
+  let preamble = -1
+  const toolTokens = count(JSON.stringify(tools))
+  const countUpTo = (source: Source, steps: number) => {
+    const { messages, stepStarts } = source
+    if (preamble === -1) {
+      preamble = 0
+      const end = stepStarts[0] ?? messages.length
+      for (let i = 0; i < end; i++) preamble += messageTokens(count, messages[i]!)
+    }
+    for (let s = verbatim.length - 1; s < steps; s++) {
+      const start = stepStarts[s]!
+      const end = stepStarts[s + 1] ?? messages.length
+      let v = 0
+      let m = 0
+      for (let i = start; i < end; i++) {
+        const message = messages[i]!
+        const tokens = messageTokens(count, message)
+        v += tokens
+        m += mask === undefined || i === start ? tokens : messageTokens(count, masked(mask, message))
+      }
+      verbatim.push(verbatim[s]! + v)
+      maskedSums.push(maskedSums[s]! + m)
+    }
+  }
+  /** Counted tokens of the request of `steps` with steps [0, t) dropped. */
+  const size = (steps: number, t: number): number => {
+    const b = Math.max(t, mask === undefined ? 0 : Math.min(HistoryPolicy.boundary(mask, steps), steps))
+    const note = t > 0 ? messageTokens(count, { _tag: "User", text: HistoryPolicy.noteFor(noteTemplate, t) }) : 0
+    return toolTokens + preamble + note + (maskedSums[b]! - maskedSums[t]!) + (verbatim[steps]! - verbatim[b]!)
+  }
+  /** The provider's count over ours for the last completed step's request (1 when unknown). */
+  const ratio = (source: Source): number => {
+    const last = source.steps - 1
+    if (last < 0 || source.lastInputTokens <= 0) return 1
+    const counted = size(last, Math.min(toStepAt(source.compactions, last), last))
+    return counted > 0 ? source.lastInputTokens / counted : 1
+  }
+  const estimate = (source: Source, t: number, r: number) => Math.ceil(size(source.steps, t) * r)
+  const current = (source: Source) => Math.min(toStepAt(source.compactions, source.steps), source.steps)
+  const tokens = (source: Source) => {
+    countUpTo(source, source.steps)
+    return estimate(source, current(source), ratio(source))
+  }
+  return {
+    request: rendering.request,
+    window: fit?.window,
+    tokens,
+    plan: (source) => {
+      if (fit === undefined) return undefined
+      countUpTo(source, source.steps)
+      const r = ratio(source)
+      const t = current(source)
+      const limit = fit.window - fit.headroom
+      const requestTokens = estimate(source, t, r)
+      if (requestTokens <= limit) return undefined
+      // The last completed step is never dropped.
+      const last = source.steps - 1
+      if (last <= t) return undefined
+      const target = fit.trimTo * limit
+      let to = t + 1
+      while (to < last && estimate(source, to, r) > target) to++
+      return { toStep: to, requestTokens }
+    },
+    emergency: (source) => {
+      countUpTo(source, source.steps)
+      const t = current(source)
+      const last = source.steps - 1
+      if (last <= t) return undefined
+      return { toStep: last, requestTokens: estimate(source, t, ratio(source)) }
+    }
+  }
+}
