@@ -16,6 +16,7 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import { ModelError } from "@polyloop/core/Errors"
@@ -29,7 +30,10 @@ export type Scripted = ModelReply.ModelReply | string
 
 /** Where a call falls. */
 export interface Call {
-  /** The step of the run (the number of `Assistant` messages in the request). */
+  /**
+   * The step of the run: the loop's `ModelClient.currentCall` when it names one (a compacting
+   * history policy drops steps), the number of `Assistant` messages in the request otherwise.
+   */
   readonly step: number
   /** The index of this call among all calls this model received, from 0. */
   readonly call: number
@@ -49,6 +53,8 @@ export interface Failure {
   readonly retryable: boolean
   readonly message?: string
   readonly status?: number
+  /** The provider's error code, e.g. `context_length_exceeded`. */
+  readonly code?: string
 }
 
 /** Cut the streams of a step: the first `times` streams (of `step`, or of any step) fail after `after` deltas. */
@@ -175,7 +181,8 @@ export const make = (script: Script, options: Options = {}): Effect.Effect<Scrip
             new ModelError({
               retryable: failure.retryable,
               message: failure.message ?? `scripted failure at step ${call.step} (call ${call.call})`,
-              ...(failure.status === undefined ? {} : { status: failure.status })
+              ...(failure.status === undefined ? {} : { status: failure.status }),
+              ...(failure.code === undefined ? {} : { code: failure.code })
             })
           )
         }
@@ -193,8 +200,8 @@ export const make = (script: Script, options: Options = {}): Effect.Effect<Scrip
 
     /** Records a call and makes its reply (after latency, the hook and injected failures). */
     const start = (request: ModelClient.ModelRequest): Effect.Effect<{ readonly call: Call; readonly reply: ModelReply.ModelReply }, ModelError> =>
-      Effect.suspend(() => {
-        const step = stepOf(request.messages)
+      Effect.flatMap(FiberRef.get(ModelClient.currentCall), (current) => {
+        const step = current !== undefined ? current.step : stepOf(request.messages)
         const attempt = attemptsByStep.get(step) ?? 0
         attemptsByStep.set(step, attempt + 1)
         const call: Call = { step, call: calls, attempt }

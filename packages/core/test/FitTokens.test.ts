@@ -1,0 +1,356 @@
+/**
+ * Token budgets and the emergency step (issue 30, design 0300 decision 4): `fitTokens` drops
+ * whole steps, oldest first, in blocks, each drop a `HistoryCompacted` record written before the
+ * request that uses it; the system prompt, the task and the last step stay; a call is never
+ * separated from its answer; a resumed or replayed run sends the uninterrupted run's requests;
+ * a provider's `context_length_exceeded` is recovered once by the policy and recorded, and
+ * fails typed (`ContextWindowExceeded`) when nothing can shrink.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Agent from "@polyloop/core/Agent"
+import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as EventSink from "@polyloop/core/EventSink"
+import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
+import * as Ids from "@polyloop/core/Ids"
+import type * as Message from "@polyloop/core/Message"
+import * as ModelReply from "@polyloop/core/ModelReply"
+import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as Replay from "@polyloop/core/Replay"
+import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogAudit from "@polyloop/core/RunLogAudit"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as TokenCounter from "@polyloop/core/TokenCounter"
+import * as Tool from "@polyloop/core/Tool"
+import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as fc from "effect/FastCheck"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+
+/** Each read returns `lines` lines of 40 characters (about 4 kB, ~1,000 approximate tokens). */
+const lines = 100
+const read = Tool.make({
+  name: "read_file",
+  description: "Reads a file.",
+  parameters: Schema.Struct({ path: Schema.String }),
+  replayPolicy: "Always",
+  handler: ({ path }) => Effect.succeed(Array.from({ length: lines }, (_, i) => `${path}:${String(i).padStart(4, "0")} ${"x".repeat(29)}`).join("\n"))
+})
+const tools = ToolRegistry.make(read)
+
+/** The provider's count of a request: what a real provider reports (here: the approximate count, a little more). */
+const reported = (messages: ReadonlyArray<Message.Message>): number => {
+  let n = 0
+  for (const m of messages) {
+    n += 4 + Math.ceil(m.text.length / 4)
+    if (m._tag === "Assistant") for (const c of m.toolCalls) n += Math.ceil((c.name.length + c.argumentsText.length) / 4)
+  }
+  return Math.ceil(n * 1.1)
+}
+
+/** `steps` replies reading one or two files, then an answer; usage reports the request's size. */
+const script = (steps: number): ScriptedModel.Script => (request, call) =>
+  call.step < steps
+    ? ModelReply.make({
+      text: "",
+      toolCalls: call.step % 3 === 0
+        ? [
+          { id: "", name: "read_file", argumentsText: JSON.stringify({ path: `a${call.step}` }) },
+          { id: "", name: "read_file", argumentsText: JSON.stringify({ path: `b${call.step}` }) }
+        ]
+        : [{ id: "", name: "read_file", argumentsText: JSON.stringify({ path: `f${call.step}` }) }],
+      usage: { inputTokens: reported(request.messages), outputTokens: 5 }
+    })
+    : ModelReply.make({ text: "done", usage: { inputTokens: reported(request.messages), outputTokens: 1 } })
+
+const fit = HistoryPolicy.fitTokens({ window: 8_000, headroom: 1_000 })
+const agentWith = (history: HistoryPolicy.HistoryPolicy | undefined, maxSteps: number) =>
+  AgentDefinition.make({ name: "reader", systemPrompt: "Read files.", budget: { maxSteps }, ...(history === undefined ? {} : { history }) })
+
+const services = (store: RunLogStore.RunLogStore.Service, sink: Layer.Layer<EventSink.EventSink> = EventSink.layerNoop) =>
+  Layer.mergeAll(NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), sink, Layer.succeed(RunLogStore.RunLogStore, store))
+
+const runOnce = (runId: string, steps: number, history?: HistoryPolicy.HistoryPolicy, options: ScriptedModel.Options = {}) =>
+  Effect.gen(function*() {
+    const store = yield* RunLogStore.makeMemory
+    const model = yield* ScriptedModel.make(script(steps), options)
+    const request = { runId: Ids.runId(runId), agent: agentWith(history, steps + 5), task: "Read everything.", tools }
+    const result = yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+    const requests = (yield* model.requests).map((seen) => seen.request)
+    return { result, requests, log: yield* store.readLog(request.runId), request, store, model }
+  })
+
+/** Every Assistant message with calls is followed by exactly one answer per call, in order, and no answer stands alone. */
+const assertPaired = (messages: ReadonlyArray<Message.Message>) => {
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]!
+    if (m._tag === "Tool") assert.fail(`message ${i} answers ${m.callId} without its call`)
+    if (m._tag !== "Assistant" || m.toolCalls.length === 0) continue
+    for (let k = 0; k < m.toolCalls.length; k++) {
+      const answer = messages[i + 1 + k]
+      assert.isTrue(answer !== undefined && answer._tag === "Tool" && answer.callId === m.toolCalls[k]!.id, `call ${m.toolCalls[k]!.id} of message ${i} is answered in order`)
+    }
+    i += m.toolCalls.length
+  }
+}
+
+const approximateSize = (messages: ReadonlyArray<Message.Message>): number => {
+  let n = TokenCounter.approximateCount(JSON.stringify(ToolRegistry.make(read).modelView()))
+  for (const m of messages) {
+    n += 4 + TokenCounter.approximateCount(m.text)
+    if (m._tag === "Tool") n += TokenCounter.approximateCount(m.name)
+    if (m._tag === "Assistant") for (const c of m.toolCalls) n += TokenCounter.approximateCount(c.name) + TokenCounter.approximateCount(c.argumentsText)
+  }
+  return n
+}
+
+/** Interrupts a run once it has completed `cut` (at the step boundary), then resumes it; the log. */
+const killAndResume = (runId: string, steps: number, history: HistoryPolicy.HistoryPolicy, cut: number, options: ScriptedModel.Options = {}) =>
+  Effect.gen(function*() {
+    const store = yield* RunLogStore.makeMemory
+    const request = { runId: Ids.runId(runId), agent: agentWith(history, steps + 5), task: "Read everything.", tools }
+    const reached = yield* Deferred.make<void>()
+    const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === cut ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+    const first = yield* ScriptedModel.make(script(steps), options)
+    const fiber = yield* Effect.fork(Agent.run(request).pipe(Effect.provide(Layer.merge(services(store, sink), first.layer))))
+    yield* Deferred.await(reached)
+    yield* Fiber.interrupt(fiber)
+    const again = yield* ScriptedModel.make(script(steps))
+    const result = yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), again.layer)))
+    return { result, log: yield* store.readLog(request.runId), requests: (yield* again.requests).map((seen) => seen.request) }
+  })
+
+/** The step of a scripted call id (`call_s<step>_<i>`). */
+const stepOfCall = (id: string): number => Number(/^call_s(\d+)_/.exec(id)?.[1])
+
+const withoutSeq = (records: ReadonlyArray<RunLog.HistoryCompacted>) => records.map(({ seq: _, ...rest }) => rest)
+
+describe("fitTokens", () => {
+  it.effect("drops the oldest steps in blocks, recorded before the request; the prompt, the task and the last step stay; the log keeps everything", () =>
+    Effect.gen(function*() {
+      const { log, requests, result } = yield* runOnce("fit", 40, fit)
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      assert.isAbove(log.compactions.length, 2)
+      for (const r of log.results) assert.strictEqual(r.outcome.observation.split("\n").length, lines)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+      for (let s = 0; s < requests.length; s++) {
+        const messages = requests[s]!.messages
+        assertPaired(messages)
+        assert.deepStrictEqual(messages.slice(0, 2), [{ _tag: "System", text: "Read files." }, { _tag: "User", text: "Read everything." }])
+        assert.isAtMost(approximateSize(messages), fit.window - fit.headroom, `request ${s} fits`)
+        const compaction = [...log.compactions].reverse().find((c) => c.step <= s)
+        if (compaction !== undefined) {
+          assert.deepStrictEqual(messages[2], { _tag: "User", text: `[steps 0–${compaction.toStep - 1} omitted: ${compaction.toStep} steps]` })
+          // The first step sent is the one after the dropped span: its call ids say which.
+          const first = messages[3]!
+          assert.strictEqual(first._tag, "Assistant")
+          if (first._tag === "Assistant") assert.strictEqual(stepOfCall(first.toolCalls[0]!.id), compaction.toStep)
+        }
+        if (s > 0) {
+          // The last completed step is always sent.
+          const last = messages.findLast((m) => m._tag === "Assistant")
+          assert.isTrue(last !== undefined && last._tag === "Assistant" && stepOfCall(last.toolCalls[0]!.id) === s - 1)
+        }
+      }
+      // Each compaction is written before the reply of its step, and only when the budget asks.
+      for (const c of log.compactions) {
+        const reply = log.replies[c.step]!
+        assert.isBelow(c.seq, reply.seq)
+        assert.strictEqual(c.reason, "Budget")
+        assert.isAbove(c.requestTokens, fit.window - fit.headroom)
+      }
+      // Between two drops, each request extends the previous one (a stable prefix for caches).
+      const dropped = new Set(log.compactions.map((c) => c.step))
+      for (let s = 1; s < requests.length; s++) {
+        const previous = requests[s - 1]!.messages
+        const extends_ = JSON.stringify(requests[s]!.messages.slice(0, previous.length)) === JSON.stringify([...previous])
+        assert.strictEqual(extends_, !dropped.has(s), `request ${s}`)
+      }
+    }))
+
+  it.effect("a 500-step run with 2 MB of observations, masked and fitted to a 32k window: every request fits and pairs, the run completes", () =>
+    Effect.gen(function*() {
+      const history = HistoryPolicy.compose(HistoryPolicy.maskObservations({ keepLast: 5, every: 5 }), HistoryPolicy.fitTokens({ window: 32_000, headroom: 4_000 }))
+      const { log, requests, result } = yield* runOnce("long", 500, history)
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      assert.isAbove(log.results.reduce((n, r) => n + r.outcome.observation.length, 0), 2_000_000)
+      let largest = 0
+      for (const request of requests) {
+        assertPaired(request.messages)
+        largest = Math.max(largest, approximateSize(request.messages))
+      }
+      assert.isAtMost(largest, 28_000)
+      assert.isAbove(log.compactions.length, 0)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    }), { timeout: 120_000 })
+
+  it.effect("the count is corrected by the provider's reported input tokens, deterministically", () =>
+    Effect.gen(function*() {
+      // The same run, the provider reporting twice as many tokens: the budget is met sooner.
+      const plain = yield* runOnce("calibrated-a", 30, fit)
+      const doubled = yield* Effect.gen(function*() {
+        const store = yield* RunLogStore.makeMemory
+        const model = yield* ScriptedModel.make((request, call) =>
+          Effect.map(Effect.succeed(script(30)), (f) => {
+            const reply = f(request, call) as ModelReply.ModelReply
+            return ModelReply.make({ text: reply.text, toolCalls: reply.toolCalls, usage: { inputTokens: reply.usage.inputTokens * 2, outputTokens: 1 } })
+          }))
+        const request = { runId: Ids.runId("calibrated-b"), agent: agentWith(fit, 35), task: "Read everything.", tools }
+        yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+        return yield* store.readLog(request.runId)
+      })
+      assert.isBelow(doubled.compactions[0]!.step, plain.log.compactions[0]!.step)
+      // Given the log, the decisions are the same: a second run of each gives the same records.
+      const again = yield* runOnce("calibrated-c", 30, fit)
+      assert.deepStrictEqual(withoutSeq(again.log.compactions), withoutSeq(plain.log.compactions))
+    }))
+
+  it.effect("interrupted at every step boundary and resumed: every request's fingerprint and every compaction equal the uninterrupted run's", () =>
+    Effect.gen(function*() {
+      const steps = 30
+      const history = HistoryPolicy.compose(HistoryPolicy.maskObservations({ keepLast: 2, every: 3 }), HistoryPolicy.fitTokens({ window: 4_000, headroom: 500 }))
+      const reference = yield* runOnce("ref", steps, history)
+      assert.isAbove(reference.log.compactions.length, 1)
+      for (let cut = 0; cut < steps; cut++) {
+        const { log, result } = yield* killAndResume(`cut-${cut}`, steps, history, cut)
+        assert.strictEqual(result.resumedCount, 1)
+        assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.log.replies.map((r) => r.requestHash), `cut after step ${cut}`)
+        assert.deepStrictEqual(withoutSeq(log.compactions), withoutSeq(reference.log.compactions))
+      }
+    }), { timeout: 120_000 })
+
+  it.effect("a compacting run replays as identical; a changed budget diverges", () =>
+    Effect.gen(function*() {
+      const recorded = yield* runOnce("recorded", 20, fit)
+      const store = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded: recorded.log, request: { ...recorded.request, runId: Ids.runId("replayed") } }).pipe(Effect.provide(services(store)))
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(recorded.log) })
+      const other = HistoryPolicy.fitTokens({ window: 6_000, headroom: 1_000 })
+      const error = yield* Effect.flip(
+        Replay.run({ recorded: recorded.log, request: { ...recorded.request, runId: Ids.runId("other"), agent: agentWith(other, 25) } }).pipe(Effect.provide(services(store)))
+      )
+      assert.strictEqual(error._tag, "ReplayDiverged")
+    }))
+
+  it.effect.prop(
+    "random runs, policies and kill points: every request pairs each call with its answer, and a resumed run sends the uninterrupted run's requests",
+    [
+      fc.integer({ min: 2, max: 16 }),
+      fc.integer({ min: 2_500, max: 9_000 }),
+      fc.option(fc.record({ keepLast: fc.integer({ min: 0, max: 4 }), every: fc.integer({ min: 1, max: 4 }) }), { nil: undefined }),
+      fc.double({ min: 0.3, max: 1, noNaN: true }),
+      fc.integer({ min: 0, max: 15 })
+    ],
+    ([steps, window, mask, trimTo, killAt]) =>
+      Effect.gen(function*() {
+        const budget = HistoryPolicy.fitTokens({ window, headroom: 500, trimTo })
+        const history = mask === undefined ? budget : HistoryPolicy.compose(HistoryPolicy.maskObservations(mask), budget)
+        const reference = yield* runOnce("ref", steps, history)
+        for (const request of reference.requests) assertPaired(request.messages)
+        const { log, requests } = yield* killAndResume("cut", steps, history, Math.min(killAt, steps - 1))
+        for (const request of requests) assertPaired(request.messages)
+        assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.log.replies.map((r) => r.requestHash))
+        assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+      }),
+    { fastCheck: { numRuns: 30 } }
+  )
+
+  it.effect("an encoding the TokenCounter does not have is a typed InvalidRunRequest, nothing written", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(script(1))
+      const agent = agentWith(HistoryPolicy.fitTokens({ window: 8_000, tokenizer: "o200k_base" }), 5)
+      const error = yield* Effect.flip(
+        Agent.run({ runId: Ids.runId("enc"), agent, task: "t", tools }).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+      )
+      assert.strictEqual(error._tag, "InvalidRunRequest")
+      if (error._tag === "InvalidRunRequest") assert.include(error.issues, "o200k_base")
+      assert.isTrue(RunLog.isEmpty(yield* store.readLog(Ids.runId("enc"))))
+      // A headroom not below the window is refused too.
+      const bad = yield* Effect.flip(
+        Agent.run({ runId: Ids.runId("enc2"), agent: agentWith(HistoryPolicy.fitTokens({ window: 100, headroom: 100 }), 5), task: "t", tools }).pipe(
+          Effect.provide(Layer.merge(services(store), model.layer))
+        )
+      )
+      assert.strictEqual(bad._tag, "InvalidRunRequest")
+    }))
+})
+
+describe("context_length_exceeded", () => {
+  const refusal = (step: number, times: number): ScriptedModel.Options => ({
+    failures: [{ step, times, retryable: false, status: 400, code: "context_length_exceeded", message: "context window exceeded" }]
+  })
+
+  it.effect("a refused request is shrunk by the policy, recorded, and sent again once; the run completes, resumes and replays the same", () =>
+    Effect.gen(function*() {
+      const history = HistoryPolicy.maskObservations({ keepLast: 3, every: 2 })
+      const { log, model, request, result, requests } = yield* runOnce("exceeded", 10, history, refusal(6, 1))
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      assert.deepStrictEqual(withoutSeq(log.compactions).map(({ reason, step, toStep }) => ({ reason, step, toStep })), [{ reason: "ContextExceeded", step: 6, toStep: 5 }])
+      assert.strictEqual(yield* model.calls, 12)
+      // The retried request: the prompt, the task, the note, and step 5 only.
+      const retried = requests[7]!.messages
+      assert.deepStrictEqual(retried[2], { _tag: "User", text: "[steps 0–4 omitted: 5 steps]" })
+      assert.strictEqual(retried.filter((m) => m._tag === "Assistant").length, 1)
+      assertPaired(retried)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+      // Replay meets the same refusal and takes the same step.
+      const store = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded: log, request: { ...request, runId: Ids.runId("exceeded-replay") } }).pipe(Effect.provide(services(store)))
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(log) })
+      // Killed right after the compaction, while the shrunk request is in flight: the resume
+      // sends the shrunk request again (the provider would accept it now), not the refused one.
+      const cutStore = yield* RunLogStore.makeMemory
+      const reached = yield* Deferred.make<void>()
+      const first = yield* ScriptedModel.make(script(10), {
+        ...refusal(6, 1),
+        onCall: (call) => (call.step === 6 && call.attempt === 1 ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void)
+      })
+      const cutRequest = { ...request, runId: Ids.runId("exceeded-cut") }
+      const fiber = yield* Effect.fork(Agent.run(cutRequest).pipe(Effect.provide(Layer.merge(services(cutStore), first.layer))))
+      yield* Deferred.await(reached)
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual((yield* cutStore.readLog(cutRequest.runId)).compactions.length, 1)
+      const again = yield* ScriptedModel.make(script(10))
+      yield* Agent.run(cutRequest).pipe(Effect.provide(Layer.merge(services(cutStore), again.layer)))
+      const cut = yield* cutStore.readLog(cutRequest.runId)
+      assert.deepStrictEqual(cut.replies.map((r) => r.requestHash), log.replies.map((r) => r.requestHash))
+      assert.deepStrictEqual(withoutSeq(cut.compactions), withoutSeq(log.compactions))
+    }))
+
+  it.effect("refused again after the emergency step, or under keepAll: ContextWindowExceeded naming the window and the size; the log stays resumable", () =>
+    Effect.gen(function*() {
+      const twice = yield* Effect.gen(function*() {
+        const store = yield* RunLogStore.makeMemory
+        const model = yield* ScriptedModel.make(script(10), refusal(4, 2))
+        const request = { runId: Ids.runId("twice"), agent: agentWith(fit, 15), task: "Read everything.", tools }
+        const error = yield* Effect.flip(Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), model.layer))))
+        return { error, log: yield* store.readLog(request.runId), store, request }
+      })
+      assert.strictEqual(twice.error._tag, "ContextWindowExceeded")
+      if (twice.error._tag === "ContextWindowExceeded") {
+        assert.strictEqual(twice.error.window, 8_000)
+        assert.strictEqual(twice.error.step, 4)
+        assert.isAbove(twice.error.requestTokens, 0)
+        assert.strictEqual(twice.error.cause.code, "context_length_exceeded")
+      }
+      assert.strictEqual(twice.log.compactions.length, 1)
+      assert.isTrue(Option.isNone(twice.log.finished))
+      // Resumable: the same run goes on when the provider accepts.
+      const later = yield* ScriptedModel.make(script(10))
+      const resumed = yield* Agent.run(twice.request).pipe(Effect.provide(Layer.merge(services(twice.store), later.layer)))
+      assert.strictEqual(resumed.stopReason._tag, "Completed")
+
+      const kept = yield* Effect.flip(runOnce("keep-all", 10, undefined, refusal(3, 1)))
+      assert.strictEqual(kept._tag, "ContextWindowExceeded")
+      if (kept._tag === "ContextWindowExceeded") {
+        assert.isUndefined(kept.window)
+        assert.isAbove(kept.requestTokens, 3 * lines * 10)
+        assert.include(kept.message, "cannot shrink")
+      }
+    }))
+})
