@@ -380,7 +380,7 @@ export const run = <E, R>(
                 Effect.logWarning(`experiment ${experiment.name}: run ${planned.runId} failed (attempt ${attempt} of ${maxAttempts}): ${error.message}`)
               ),
               Effect.zipRight(
-                attempt < maxAttempts && retryable(error)
+                attempt < Math.max(maxAttempts, planned.attemptsBefore + 1) && retryable(error)
                   ? attemptRun(planned, attempt + 1)
                   : report((p) => ({ ...p, failed: p.failed + 1, running: p.running - 1 }))
               )
@@ -394,7 +394,7 @@ export const run = <E, R>(
         (planned) =>
           Effect.zipRight(
             report((p) => ({ ...p, running: p.running + 1 })),
-            attemptRun(planned, options.retryFailed === true && planned.attemptsBefore >= maxAttempts ? maxAttempts : planned.attemptsBefore + 1)
+            attemptRun(planned, planned.attemptsBefore + 1)
           ),
         { concurrency: experiment.concurrency ?? 4, discard: true }
       )
