@@ -15,7 +15,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
-import { mean, quantileSorted, sampleStandardDeviation, tTest } from "simple-statistics"
+import { mean, quantileSorted, sampleStandardDeviation } from "simple-statistics"
 import { ExperimentNotFound } from "./Experiment.js"
 import * as ExperimentStore from "./ExperimentStore.js"
 
@@ -251,7 +251,7 @@ export const compute = (experiment: string, options: Options = {}): Effect.Effec
 
 /**
  * The paired comparison of per-sample mean differences (B − A): mean, standard error, Student's
- * paired t statistic (simple-statistics' `tTest` against 0) and a 95% percentile bootstrap.
+ * paired t statistic (mean / standard error, n − 1 in the deviation) and a 95% percentile bootstrap.
  */
 export const paired = (differences: ReadonlyArray<number>, resamples: number): Effect.Effect<{
   readonly difference: number
@@ -262,10 +262,11 @@ export const paired = (differences: ReadonlyArray<number>, resamples: number): E
   Effect.gen(function*() {
     const difference = mean(differences)
     if (differences.length < 2) return { difference, stderr: null, t: null, ci: null }
-    const sd = sampleStandardDeviation(differences)
-    const t = sd === 0 ? null : tTest(differences, 0)
+    // Student's t with the sample standard deviation (n − 1): simple-statistics' `tTest` divides
+    // by the population one, which gives 4.28 instead of R's 4.0621 on the sleep data.
+    const stderr = sampleStandardDeviation(differences) / Math.sqrt(differences.length)
     const ci = yield* bootstrap(differences, (drawn) => mean(drawn), resamples)
-    return { difference, stderr: sd / Math.sqrt(differences.length), t, ci }
+    return { difference, stderr, t: stderr === 0 ? null : difference / stderr, ci }
   })
 
 /** Compares configurations `a` and `b` of an experiment under `scorer` (default: the first scorer) on the samples both have. */
