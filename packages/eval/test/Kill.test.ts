@@ -4,9 +4,9 @@
  * SQLite file and killed at ≥ 20 random moments, resumed each time. It completes; the model
  * calls recorded in all the runs' logs equal the uninterrupted experiment's (no recorded call is
  * made again); the final results (scores, standard errors, CIs) are byte-equal to the
- * uninterrupted experiment's. In `npm test` a slice of 60 samples (the same 20 kills, ~15 s);
- * `npm run test:eval-kill` runs the full 200 samples (`POLYLOOP_EVAL_SAMPLES`, ~45 s);
- * `POLYLOOP_EVAL_KILLS` sets the kills, `POLYLOOP_EVAL_SEED` replays a kill schedule.
+ * uninterrupted experiment's. About 45 s, most of it the children's start-up (60 samples take as
+ * long); `npm run test:eval-kill` kills 60 times; `POLYLOOP_EVAL_SAMPLES` and
+ * `POLYLOOP_EVAL_KILLS` size it, `POLYLOOP_EVAL_SEED` replays a kill schedule.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { RunId } from "@polyloop/core/Ids"
@@ -21,7 +21,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 
 const child = fileURLToPath(new URL("./support/kill-child.ts", import.meta.url))
-const SAMPLES = Number(process.env["POLYLOOP_EVAL_SAMPLES"] ?? 60)
+const SAMPLES = Number(process.env["POLYLOOP_EVAL_SAMPLES"] ?? 200)
 const EPOCHS = 3
 const KILLS = Number(process.env["POLYLOOP_EVAL_KILLS"] ?? 20)
 
