@@ -5,7 +5,7 @@
 //
 // 1. the TypeScript source, when this process resolves the package's `bin` module to it (the
 //    monorepo's tests: the `@polyloop/source` condition with tsx's loader, design 0210);
-// 2. the compiled `dist/` (unbundled), for `replay --agent <module>`: the user's module imports
+// 2. the compiled `dist/` (unbundled), for `replay --agent <module>` and `eval <module>`: the user's module imports
 //    the user's `effect`, and must meet the same copy of Effect the command runs on;
 // 3. the bundle `bundle/polyloop.cjs` (`scripts/bundle.mjs`), compiled from a V8 code cache
 //    kept in the user's cache directory when there is one for this bundle, Node and flags;
@@ -21,7 +21,10 @@ import * as vm from "node:vm"
 const bundle = fileURLToPath(new URL("../bundle/polyloop.cjs", import.meta.url))
 const entry = import.meta.resolve("@polyloop/cli/bin")
 const args = process.argv.slice(2)
-const loadsUserModule = args.includes("replay") && args.some((arg) => arg === "--agent" || arg.startsWith("--agent="))
+const evalAt = args.indexOf("eval")
+const loadsUserModule = (args.includes("replay") && args.some((arg) => arg === "--agent" || arg.startsWith("--agent="))) ||
+  // `eval <module>` imports the user's experiment (design 0320); `eval results` and `eval compare` do not.
+  (evalAt >= 0 && args[evalAt + 1] !== "results" && args[evalAt + 1] !== "compare")
 
 /** Where the code cache of `source` is kept (undefined: no cache — turned off, or no home to keep it in). */
 const cacheFile = (source) => {

@@ -3,7 +3,8 @@
  * itself mid-step and resume); `runs` lists the runs of a store; `show` prints a run's
  * transcript; `export` writes a run's records as JSON or JSON lines; `serve` shows them in the
  * browser. Every subcommand takes `--db <file>` (default `./polyloop.db`) or `--pg <url>`, and
- * the ones that print take `--json` for machine output.
+ * the ones that print take `--json` for machine output. `eval` runs experiments (`@polyloop/eval`,
+ * design 0320).
  *
  * @since 0.1.0
  */
@@ -24,6 +25,7 @@ import { userInfo } from "node:os"
 import { CliError } from "./CliError.js"
 import * as Approvals from "./Approvals.js"
 import * as Demo from "./Demo.js"
+import * as Eval from "./Eval.js"
 import * as Format from "./Format.js"
 import * as Research from "./Research.js"
 import * as ServeDefaults from "./internal/viewer/defaults.js"
@@ -342,6 +344,7 @@ export const command = Command.make("polyloop").pipe(
     Research.replay(common),
     Research.fork(common),
     Research.stats(common),
+    Eval.command(common),
     serve,
     Verify.verify(common),
     Approvals.pending(common),

@@ -30,6 +30,11 @@ export * as Demo from "./Demo.js"
 export * as Format from "./Format.js"
 
 /**
+ * `polyloop eval` (design 0320): `eval <module>` runs the experiment a module exports on the run store, finishing only what is unfinished, with a live progress line on a terminal and plain lines otherwise, then prints the results; `eval results <name>` (`--json`, `--csv`, `--runs-csv`); `eval compare <name> <a> <b>`.
+ */
+export * as Eval from "./Eval.js"
+
+/**
  * A GovDoc-like agent: it edits documents in a workspace directory by calling tools written as JSON in its replies (read through `JsonActionParser`). `tool-agent.ts` runs it, the `polyloop demo` command runs it, and `crash-and-resume.ts` kills it mid-step.
  */
 export * as GovDoc from "./GovDoc.js"
