@@ -5,7 +5,8 @@
  * walk-through, the README's example (and that the README shows exactly its code), the user's
  * own store (its contract tests are `examples/custom-store.test.ts`), `Agent.stream` behind an SSE
  * endpoint, the agent over an MCP
- * server's tools, and the real-model example without an API key.
+ * server's tools, an experiment (scored, resumed: nothing runs twice) and the real-model example
+ * without an API key.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as fs from "node:fs"
@@ -199,6 +200,20 @@ describe("examples", () => {
       "step 1 completed (Finish)",
       "result: Completed(Answer) after 2 steps"
     ])
+  })
+
+  it("experiment.ts: 20 questions × 3 epochs through two configurations, scored with CIs and compared; run again, nothing runs", async () => {
+    const cwd = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-example-experiment-"))
+    const first = await example("experiment.ts", { cwd })
+    assert.strictEqual(first.code, 0, first.stderr)
+    assert.match(first.stdout, /^ran 120 runs, 0 already finished, 0 failed$/m)
+    assert.match(first.stdout, /^tool numeric: mean 1\.000 ± 0\.000 \(95% CI 1\.000–1\.000\)$/m)
+    assert.match(first.stdout, /^guess numeric: mean 0\.750 ± 0\.099 \(95% CI 0\.550–0\.900\)$/m)
+    assert.match(first.stdout, /^guess − tool on 20 samples: -0\.250 \(95% CI -0\.450–-0\.100\)$/m)
+    const second = await example("experiment.ts", { cwd })
+    assert.strictEqual(second.code, 0, second.stderr)
+    assert.match(second.stdout, /^ran 0 runs, 120 already finished, 0 failed$/m)
+    assert.strictEqual(second.stdout.split("\n").slice(1).join("\n"), first.stdout.split("\n").slice(1).join("\n"), "the same results, byte for byte")
   })
 
   it("real-model.ts: without POLYLOOP_API_KEY it explains what to set and exits 0", async () => {
