@@ -26,7 +26,7 @@ import { type Result, ranUnder, spawnCommand, spawnProfiled } from "./support/cl
 const root = fileURLToPath(new URL("..", import.meta.url))
 const work = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-pack-"))
 const require = createRequire(import.meta.url)
-const packages = ["core", "testing", "sql", "ai", "cli", "mcp", "cluster", "sandbox"] as const
+const packages = ["core", "testing", "sql", "ai", "eval", "cli", "mcp", "cluster", "sandbox"] as const
 const tscCli = require.resolve("typescript/bin/tsc")
 
 /** The environment of a user's shell: none of the monorepo's NODE_OPTIONS (source condition, tsx). */
