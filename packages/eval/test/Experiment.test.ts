@@ -12,6 +12,7 @@ import * as ExperimentStore from "@polyloop/eval/ExperimentStore"
 import * as Results from "@polyloop/eval/Results"
 import * as Scorer from "@polyloop/eval/Scorer"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -151,6 +152,38 @@ describe("Experiment", () => {
       const results = yield* Results.compute("rescore")
       assert.deepStrictEqual(results.configurations[0]!.scores.map((s) => [s.scorer, s.mean]), [["exact", 0], ["includes", 1], ["judge", 1], ["numeric", 1]])
     }).pipe(Effect.provide(stores())))
+
+  it.effect("at most `concurrency` runs at once: three model calls are in flight together, never a fourth", () =>
+    Effect.gen(function*() {
+      let inFlight = 0
+      let most = 0
+      const three = yield* Deferred.make<void>()
+      const model = yield* ScriptedModel.make(Fixture.script(0), {
+        onCall: () =>
+          Effect.gen(function*() {
+            inFlight++
+            most = Math.max(most, inFlight)
+            if (inFlight === 3) yield* Deferred.succeed(three, undefined)
+            yield* Deferred.await(three)
+            inFlight--
+          })
+      })
+      let running = 0
+      const summary = yield* Experiment.run(Fixture.experiment({ name: "limit", n: 12, epochs: 1, careful: model.layer, concurrency: 3 }), {
+        onProgress: (p) => Effect.sync(() => (running = Math.max(running, p.running)))
+      })
+      assert.strictEqual(summary.done, 12)
+      assert.strictEqual(most, 3)
+      assert.strictEqual(running, 3)
+    }).pipe(Effect.provide(stores())))
+
+  it.effect("a run store without blobs cannot hold experiments: a StoreError saying so", () =>
+    Effect.gen(function*() {
+      const { blobs: _, ...backend } = RunLogStore.makeMemoryBackend()
+      const error = yield* Effect.flip(Layer.build(ExperimentStore.layer.pipe(Layer.provide(Layer.succeed(RunLogStore.RunLogStore, RunLogStore.make(backend))))))
+      assert.strictEqual(error._tag, "StoreError")
+      assert.include(error.message, "no blobs")
+    }).pipe(Effect.scoped))
 
   it.effect("an invalid definition is refused before anything runs", () =>
     Effect.gen(function*() {
