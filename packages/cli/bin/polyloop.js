@@ -21,10 +21,9 @@ import * as vm from "node:vm"
 const bundle = fileURLToPath(new URL("../bundle/polyloop.cjs", import.meta.url))
 const entry = import.meta.resolve("@polyloop/cli/bin")
 const args = process.argv.slice(2)
-const evalAt = args.indexOf("eval")
 const loadsUserModule = (args.includes("replay") && args.some((arg) => arg === "--agent" || arg.startsWith("--agent="))) ||
   // `eval <module>` imports the user's experiment (design 0320); `eval results` and `eval compare` do not.
-  (evalAt >= 0 && args[evalAt + 1] !== "results" && args[evalAt + 1] !== "compare")
+  (args[0] === "eval" && args[1] !== "results" && args[1] !== "compare")
 
 /** Where the code cache of `source` is kept (undefined: no cache — turned off, or no home to keep it in). */
 const cacheFile = (source) => {
