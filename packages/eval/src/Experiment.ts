@@ -118,8 +118,33 @@ export interface Progress {
   readonly skipped: number
 }
 
+/** One run of the experiment as `RunOptions.execute` receives it. */
+export interface PlannedRun {
+  readonly runId: RunId
+  readonly configuration: string
+  readonly sampleId: string
+  readonly epoch: number
+  /** The request a local run passes to `Agent.run`. */
+  readonly request: Agent.RunRequest
+}
+
+/** A failure of a run's execution, by its tag and message (`Agent.run`'s errors, a cluster's `RunFailed`). */
+export interface ExecuteFailure {
+  readonly _tag: string
+  readonly message: string
+}
+
+/** Runs one run to its end elsewhere (`ClusterExperiment.execute`: submitted to `@polyloop/cluster`). */
+export type Execute = (run: PlannedRun) => Effect.Effect<Agent.RunResult, ExecuteFailure>
+
 /** Options of `run`. */
 export interface RunOptions {
+  /**
+   * How a run is run: by default `Agent.run` in this process with the configuration's services;
+   * `ClusterExperiment.execute` submits it to the cluster and awaits its result. The same run id
+   * either way, so an experiment may move between the two.
+   */
+  readonly execute?: Execute
   /** Called whenever the counts change. */
   readonly onProgress?: (progress: Progress) => Effect.Effect<void>
   /** Try runs whose attempts are spent once more (default false). */
@@ -349,8 +374,10 @@ export const run = <E, R>(
           task: configuration.task === undefined ? planned.sample.input : configuration.task(planned.sample),
           tools: configuration.tools
         }
-        return Agent.run(request).pipe(
-          Effect.provide(Context.merge(Context.merge(planned.built.context, store), sink)),
+        const execution: Effect.Effect<Agent.RunResult, ExecuteFailure> = options.execute !== undefined
+          ? options.execute({ runId: planned.runId, configuration: configuration.name, sampleId: planned.sample.id, epoch: planned.epoch, request })
+          : Agent.run(request).pipe(Effect.provide(Context.merge(Context.merge(planned.built.context, store), sink)))
+        return execution.pipe(
           Effect.either,
           Effect.flatMap((either) => {
             if (either._tag === "Right") {
