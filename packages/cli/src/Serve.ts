@@ -63,6 +63,7 @@ import * as Auth from "./internal/viewer/auth.js"
 import * as Assets from "./internal/viewer/assets.js"
 import * as Decisions from "./internal/viewer/decisions.js"
 import * as Defaults from "./internal/viewer/defaults.js"
+import * as Experiments from "./internal/viewer/experiments.js"
 import * as Forks from "./internal/viewer/forks.js"
 import * as Live from "./internal/viewer/live.js"
 import * as RunsList from "./internal/viewer/runsList.js"
@@ -193,6 +194,8 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/favicon\.ico$/, "GET"],
   [/^\/assets\/[^/]+$/, "GET"],
   [/^\/api\/runs$/, "GET"],
+  [/^\/experiments$/, "GET"],
+  [/^\/api\/experiments(?:\/[^/]+)?$/, "GET"],
   [/^\/api\/live$/, "GET"],
   [/^\/api\/stats$/, "GET"],
   [/^\/api\/prices$/, "GET"],
@@ -260,6 +263,29 @@ export const app = (
       HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
       HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
       HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
+      // Experiments (design 0320): the page, its script, the list and one experiment.
+      HttpRouter.get("/experiments", Effect.sync(() => asset("/experiments"))),
+      HttpRouter.get("/assets/experiments.js", Effect.sync(() => asset("/assets/experiments.js"))),
+      HttpRouter.get("/assets/experiments.css", Effect.sync(() => asset("/assets/experiments.css"))),
+      HttpRouter.get(
+        "/api/experiments",
+        respondToFailure(Effect.flatMap(RunLogStore.RunLogStore, (store) =>
+          Effect.map(Experiments.list(store), (experiments) => HttpServerResponse.unsafeJson({ experiments }))))
+      ),
+      HttpRouter.get(
+        "/api/experiments/:name",
+        respondToFailure(Effect.gen(function*() {
+          const { name } = yield* HttpRouter.schemaPathParams(Schema.Struct({ name: Schema.String }))
+          const query = yield* HttpServerRequest.schemaSearchParams(Experiments.ExperimentQuery)
+          const store = yield* RunLogStore.RunLogStore
+          const found = yield* Experiments.document(store, name, query.scorer).pipe(
+            Effect.catchTag("ExperimentNotFound", () => Effect.succeed(undefined))
+          )
+          return found === undefined
+            ? apiError(404, "ExperimentNotFound", `no experiment ${JSON.stringify(name)} in the store`)
+            : HttpServerResponse.unsafeJson(found)
+        }))
+      ),
       HttpRouter.get(
         "/api/search",
         respondToFailure(Effect.gen(function*() {

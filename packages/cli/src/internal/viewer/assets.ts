@@ -27,7 +27,10 @@ const files: ReadonlyArray<readonly [urlPath: string, file: string, contentType:
   ["/", "index.html", "text/html; charset=utf-8"],
   ["/assets/viewer.css", "viewer.css", "text/css; charset=utf-8"],
   ["/assets/viewer.js", "viewer.js", "text/javascript; charset=utf-8"],
-  ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js", "text/javascript; charset=utf-8"]
+  ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js", "text/javascript; charset=utf-8"],
+  ["/experiments", "experiments.html", "text/html; charset=utf-8"],
+  ["/assets/experiments.js", "experiments.js", "text/javascript; charset=utf-8"],
+  ["/assets/experiments.css", "experiments.css", "text/css; charset=utf-8"]
 ]
 
 /** Reads the page's files; the error is the message of the first that cannot be read. */
