@@ -32,6 +32,7 @@ describe.sequential("polyloop eval", () => {
     assert.include(first.stdout, "ran 120 runs (0 already finished), 240 scores computed")
     assert.match(first.stdout, /^guess +numeric +0\.750 +0\.099 +\[0\.550, 0\.900\] +60\/60 +0 +1\.0 +48$/m)
     assert.match(first.stdout, /^tool +numeric +1\.000 +0\.000 +\[1\.000, 1\.000\] +60\/60 +0 +2\.0 +96$/m)
+    assert.match(first.stdout, /^wall time \(step time of finished runs\) — tool: \S+ \S+ in all, \S+ \S+ a run; guess: /m)
     const second = await polyloop(dir, ["eval", example, "--db", "e.db", "--resume"])
     assert.strictEqual(second.code, 0, second.stderr)
     assert.include(second.stdout, "ran 0 runs (120 already finished), 0 scores computed")

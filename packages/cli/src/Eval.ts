@@ -113,8 +113,8 @@ const statsOptions = (options: { readonly seed: Option.Option<string>; readonly 
 
 const number = (value: number | null, digits: number = 3): string => (value === null ? "-" : value.toFixed(digits))
 
-/** The results as a table: one row per (configuration, scorer). */
-export const render = (style: Style.Style, results: Results.Results): string => {
+/** The results as a table: one row per (configuration, scorer); the wall time per configuration below it. */
+export const render = (style: Style.Style, results: Results.Results, wall: ReadonlyArray<Results.WallTime> = []): string => {
   const rows = results.configurations.flatMap((c) =>
     c.scores.map((s) => [
       c.configuration,
@@ -145,6 +145,7 @@ export const render = (style: Style.Style, results: Results.Results): string => 
       { header: "TOKENS", align: "right" }
     ], rows),
     `stop reasons — ${reasons.join("; ")}`,
+    ...(wall.length === 0 ? [] : [`wall time (step time of finished runs) — ${wall.map((w) => `${w.configuration}: ${Format.duration(w.totalMillis)} in all, ${Format.duration(w.meanMillis)} a run`).join("; ")}`]),
     `standard errors clustered by sample; CI: percentile bootstrap over samples, ${results.resamples} resamples, seed ${JSON.stringify(results.seed)}`
   ].join("\n")
 }
@@ -174,7 +175,7 @@ const results = (common: Approvals.Common) =>
         const computed = yield* Results.compute(options.name, statsOptions(options))
         if (options.json) return yield* Console.log(Results.toJson(computed))
         if (options.csv) return yield* Effect.sync(() => process.stdout.write(Results.toCsv(computed)))
-        yield* Console.log(render(yield* Style.detect, computed))
+        yield* Console.log(render(yield* Style.detect, computed, yield* Results.wallTimes(options.name)))
       }).pipe(Effect.provide(records(common.location(options), false)))
   ).pipe(Command.withDescription("Print an experiment's results: per configuration and scorer the mean, clustered standard error and bootstrap 95% CI; --json, --csv, --runs-csv."))
 
@@ -246,7 +247,7 @@ export const command = (common: Approvals.Common) =>
         const computed = yield* Results.compute(experiment.name, statsOptions(options))
         if (options.json) return yield* Console.log(Results.toJson(computed))
         yield* Console.log(`ran ${summary.ran} runs (${summary.skipped} already finished), ${summary.scored} scores computed`)
-        yield* Console.log(render(yield* Style.detect, computed))
+        yield* Console.log(render(yield* Style.detect, computed, yield* Results.wallTimes(experiment.name)))
         if (summary.failed > 0) {
           return yield* new CliError({ message: `${summary.failed} runs failed after their attempts (see the warnings; --retry-failed tries them again)` })
         }

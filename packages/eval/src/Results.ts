@@ -10,6 +10,7 @@
  * @since 0.1.0
  */
 import type { StoreError } from "@polyloop/core/Errors"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -300,6 +301,34 @@ export const compare = (
       ...stats
     }
   }).pipe(Effect.withSpan("Results.compare", { attributes: { "polyloop.experiment": experiment } }))
+
+/** A configuration's wall time: the step time of its finished runs (time spent crashed does not count). */
+export interface WallTime {
+  readonly configuration: string
+  readonly runs: number
+  readonly totalMillis: number
+  readonly meanMillis: number
+}
+
+/**
+ * Each configuration's wall time, from the run store's summaries (one `listRuns`). Kept out of
+ * `Results`: it is measured, so it differs from one execution of the same experiment to another,
+ * while the results are byte-identical.
+ */
+export const wallTimes = (experiment: string): Effect.Effect<ReadonlyArray<WallTime>, StoreError | ExperimentNotFound, ExperimentStore.ExperimentStore | RunLogStore.RunLogStore> =>
+  Effect.gen(function*() {
+    const records = yield* ExperimentStore.ExperimentStore
+    const definition = yield* records.definition(experiment)
+    if (Option.isNone(definition)) return yield* new ExperimentNotFound({ experiment })
+    const store = yield* RunLogStore.RunLogStore
+    const finished = yield* store.listRuns({ status: "Finished" })
+    const prefix = `${experiment}/`
+    return definition.value.configurations.map((c) => {
+      const mine = finished.filter((run) => run.runId.startsWith(`${prefix}${c.name}/`))
+      const total = mine.reduce((sum, run) => sum + run.elapsed, 0)
+      return { configuration: c.name, runs: mine.length, totalMillis: total, meanMillis: mine.length === 0 ? 0 : total / mine.length }
+    })
+  })
 
 const encodeResults = Schema.encodeSync(Results)
 const encodeComparison = Schema.encodeSync(Comparison)

@@ -75,6 +75,8 @@ describe("Experiment", () => {
       const csv = Results.toCsv(results).split("\n")
       assert.strictEqual(csv[0], "experiment,configuration,scorer,runs,samples,mean,stderr,ci_lower,ci_upper,finished,failed,steps_mean,tokens_mean")
       assert.strictEqual(csv.length, 6)
+      const wall = yield* Results.wallTimes("arith")
+      assert.deepStrictEqual(wall.map((w) => [w.configuration, w.runs]), [["careful", 40], ["sloppy", 40]])
       const runs = (yield* Results.runsCsv("arith")).trim().split("\n")
       assert.strictEqual(runs.length, 81)
       assert.strictEqual(runs[1], "careful,s0000,1,arith/careful/s0000/1,Completed(Answer),2,41,1,1")
