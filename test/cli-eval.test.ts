@@ -2,7 +2,7 @@
  * `polyloop eval` as a user runs it (design 0320): the example experiment through the command's
  * launcher, with plain progress lines when standard output is not a terminal and the redrawn
  * progress bar in a pseudo-terminal (`script`); a second start runs nothing; `eval results`
- * (table, `--json`, `--csv`, `--runs-csv`) and `eval compare`; a dataset with a bad line refused
+ * (table, `--json`, `--csv`, `--runs-csv`, `--inspect <dir>`) and `eval compare`; a dataset with a bad line refused
  * with its line number before anything runs; a changed definition refused with the difference.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -50,6 +50,13 @@ describe.sequential("polyloop eval", () => {
     assert.strictEqual(csv.stdout.split("\n")[3], "multiplication,guess,numeric,60,20,0.75,0.09933992677987828,0.55,0.9,60,0,1,48")
     const runs = await polyloop(dir, ["eval", "results", "multiplication", "--db", "e.db", "--runs-csv"])
     assert.strictEqual(runs.stdout.trim().split("\n").length, 121)
+    const inspect = await polyloop(dir, ["eval", "results", "multiplication", "--db", "e.db", "--inspect", "logs"])
+    assert.strictEqual(inspect.code, 0, inspect.stderr)
+    const files = fs.readdirSync(path.join(dir, "logs")).sort()
+    assert.strictEqual(files.length, 2)
+    assert.match(files[0]!, /^\d{4}-\d{2}-\d{2}T[\d-]+Z_multiplication_(tool|guess)\.json$/)
+    const log = JSON.parse(fs.readFileSync(path.join(dir, "logs", files.find((f) => f.endsWith("_guess.json"))!), "utf8")) as { readonly version: number; readonly samples: ReadonlyArray<unknown> }
+    assert.deepStrictEqual([log.version, log.samples.length], [2, 60])
     const compare = await polyloop(dir, ["eval", "compare", "multiplication", "tool", "guess", "--db", "e.db"])
     assert.strictEqual(compare.code, 0, compare.stderr)
     assert.include(compare.stdout, "difference (guess − tool): -0.250 ± 0.099 (stderr), paired t -2.52, 95% CI [-0.450, -0.100]")

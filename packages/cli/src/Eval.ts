@@ -3,7 +3,8 @@
  * (`export const experiment = Experiment.make(…)`) on the run store, finishing only what is
  * unfinished, with a live progress line on a terminal (done / running / failed, rate, ETA) and a
  * plain line per tenth otherwise, then prints the results; `eval results <name>` prints an
- * experiment's results (`--json`, `--csv`, `--runs-csv`); `eval compare <name> <a> <b>` compares
+ * experiment's results (`--json`, `--csv`, `--runs-csv`, `--inspect <dir>` for Inspect eval logs);
+ * `eval compare <name> <a> <b>` compares
  * two of its configurations on the same samples.
  *
  * @since 0.1.0
@@ -11,10 +12,11 @@
 import * as Args from "@effect/cli/Args"
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
-import type * as FileSystem from "@effect/platform/FileSystem"
+import * as FileSystem from "@effect/platform/FileSystem"
 import type * as Path from "@effect/platform/Path"
 import * as Experiment from "@polyloop/eval/Experiment"
 import * as ExperimentStore from "@polyloop/eval/ExperimentStore"
+import * as Inspect from "@polyloop/eval/Inspect"
 import * as Results from "@polyloop/eval/Results"
 import * as Clock from "effect/Clock"
 import * as Console from "effect/Console"
@@ -165,6 +167,10 @@ const results = (common: Approvals.Common) =>
       json,
       csv: Options.boolean("csv").pipe(Options.withDescription("CSV: one row per configuration and scorer")),
       runsCsv: Options.boolean("runs-csv").pipe(Options.withDescription("CSV: one row per run, with each scorer's value")),
+      inspect: Options.directory("inspect").pipe(
+        Options.optional,
+        Options.withDescription("write the runs as Inspect eval logs into this directory (one JSON log per configuration), for inspect view")
+      ),
       seed,
       resamples,
       name: nameArg
@@ -172,6 +178,20 @@ const results = (common: Approvals.Common) =>
     (options) =>
       Effect.gen(function*() {
         if (options.runsCsv) return yield* Effect.flatMap(Results.runsCsv(options.name), (text) => Effect.sync(() => process.stdout.write(text)))
+        if (Option.isSome(options.inspect)) {
+          const fs = yield* FileSystem.FileSystem
+          const dir = options.inspect.value
+          yield* fs.makeDirectory(dir, { recursive: true }).pipe(Effect.mapError((e) => new CliError({ message: `cannot create ${dir}: ${e.message}` })))
+          const definition = yield* Results.load(options.name)
+          for (const c of definition.definition.configurations) {
+            const log = yield* Inspect.evalLog(options.name, c.name, statsOptions(options))
+            const created = typeof log === "object" && log !== null && "eval" in log ? String((log.eval as { readonly created?: unknown }).created ?? "") : ""
+            const file = path.join(dir, `${created.replace(/[:.]/g, "-")}_${options.name}_${c.name}.json`)
+            yield* fs.writeFileString(file, JSON.stringify(log, null, 2) + "\n").pipe(Effect.mapError((e) => new CliError({ message: `cannot write ${file}: ${e.message}` })))
+            yield* Console.log(file)
+          }
+          return
+        }
         const computed = yield* Results.compute(options.name, statsOptions(options))
         if (options.json) return yield* Console.log(Results.toJson(computed))
         if (options.csv) return yield* Effect.sync(() => process.stdout.write(Results.toCsv(computed)))

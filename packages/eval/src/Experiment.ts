@@ -388,6 +388,7 @@ export const run = <E, R>(
                 configuration: configuration.name,
                 sampleId: planned.sample.id,
                 epoch: planned.epoch,
+                ...(planned.sample.target === undefined ? {} : { target: planned.sample.target }),
                 answer: answerOf(result),
                 result,
                 failedAttempts: attempt - 1

@@ -37,6 +37,8 @@ export const Outcome = Schema.Struct({
   configuration: Schema.String,
   sampleId: Schema.String,
   epoch: Schema.Number,
+  /** The sample's target, if it has one (for exports). */
+  target: Schema.optional(Schema.String),
   answer: Schema.String,
   result: Agent.RunResult,
   /** Attempts of `Agent.run` that failed before the one that finished. */

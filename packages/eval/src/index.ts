@@ -20,6 +20,11 @@ export * as Experiment from "./Experiment.js"
 export * as ExperimentStore from "./ExperimentStore.js"
 
 /**
+ * An experiment's runs in Inspect's eval-log format (design 0320): one JSON log per configuration, as `inspect view` reads from a log directory.
+ */
+export * as Inspect from "./Inspect.js"
+
+/**
  * An experiment's results (design 0320): mean, clustered standard error, seeded bootstrap 95% CI per configuration and scorer; stop reasons, steps, tokens; paired comparisons; JSON and CSV.
  */
 export * as Results from "./Results.js"

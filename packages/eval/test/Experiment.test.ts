@@ -9,6 +9,7 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Dataset from "@polyloop/eval/Dataset"
 import * as Experiment from "@polyloop/eval/Experiment"
 import * as ExperimentStore from "@polyloop/eval/ExperimentStore"
+import * as Inspect from "@polyloop/eval/Inspect"
 import * as Results from "@polyloop/eval/Results"
 import * as Scorer from "@polyloop/eval/Scorer"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
@@ -75,6 +76,24 @@ describe("Experiment", () => {
       const csv = Results.toCsv(results).split("\n")
       assert.strictEqual(csv[0], "experiment,configuration,scorer,runs,samples,mean,stderr,ci_lower,ci_upper,finished,failed,steps_mean,tokens_mean")
       assert.strictEqual(csv.length, 6)
+      // The runs of one configuration as an Inspect eval log.
+      const inspect = (yield* Inspect.evalLog("arith", "sloppy")) as {
+        readonly version: number
+        readonly status: string
+        readonly eval: { readonly task: string; readonly task_id: string; readonly config: { readonly epochs: number }; readonly dataset: { readonly sample_ids: ReadonlyArray<string> } }
+        readonly results: { readonly total_samples: number; readonly scores: ReadonlyArray<{ readonly name: string; readonly metrics: { readonly mean: { readonly value: number }; readonly stderr: { readonly value: number } } }> }
+        readonly samples: ReadonlyArray<{ readonly id: string; readonly epoch: number; readonly target: string; readonly messages: ReadonlyArray<{ readonly role: string; readonly content: string; readonly tool_call_id?: string }>; readonly scores: Record<string, { readonly value: number; readonly answer: string; readonly explanation?: string }> }>
+      }
+      assert.deepStrictEqual([inspect.version, inspect.status, inspect.eval.task, inspect.eval.task_id, inspect.eval.config.epochs], [2, "success", "arith", "arith/sloppy", 2])
+      assert.strictEqual(inspect.eval.dataset.sample_ids.length, 20)
+      assert.strictEqual(inspect.results.total_samples, 40)
+      assert.deepStrictEqual(inspect.results.scores.map((x) => [x.name, x.metrics.mean.value, x.metrics.stderr.value]), s!.scores.map((x) => [x.scorer, x.mean, x.stderr]))
+      assert.strictEqual(inspect.samples.length, 40)
+      const one = inspect.samples[0]!
+      assert.deepStrictEqual([one.id, one.epoch, one.target], ["s0000", 1, "1"])
+      assert.deepStrictEqual(one.messages.map((m) => m.role), ["system", "user", "assistant", "tool", "assistant"])
+      assert.deepStrictEqual([one.messages[1]!.content, one.messages[3]!.content, one.messages[3]!.tool_call_id], ["0 + 1", "1", "call_s0_0"])
+      assert.deepStrictEqual(one.scores["numeric"], { value: 1, answer: "The sum is 1.", explanation: "answer 1, target 1" })
       const wall = yield* Results.wallTimes("arith")
       assert.deepStrictEqual(wall.map((w) => [w.configuration, w.runs]), [["careful", 40], ["sloppy", 40]])
       const runs = (yield* Results.runsCsv("arith")).trim().split("\n")
