@@ -264,10 +264,46 @@ const exceeded = (run: Run, step: number, cause: ModelError) =>
 const prepare = (run: Run, step: number): Effect.Effect<Rendering.Sent | undefined, Gate.LoopError> => {
   const renderer = run.renderer
   if (renderer === undefined) return Effect.succeed(undefined)
-  const planned = renderer.plan(run.state)
-  if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
-  return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+  const fitted = Effect.suspend(() => {
+    const planned = renderer.plan(run.state)
+    if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
+    return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+  })
+  const wanted = renderer.planSummary(run.state)
+  return wanted === undefined ? fitted : Effect.zipRight(summarise(run, step, renderer, wanted), fitted)
 }
+
+/**
+ * A summary of the steps before `planned.toStep` (design 0300, decision 5): the summariser's
+ * call (retried like a step's), then its `HistoryCompacted` record with the summary, the
+ * request's fingerprint and the usage, which counts in the run's tokens. A resume reads the
+ * record and never asks again.
+ */
+const summarise = (run: Run, step: number, renderer: Rendering.Renderer, planned: Rendering.Planned) =>
+  Effect.suspend(() => {
+    const request = renderer.summaryRequest(run.state, planned.toStep)
+    const waitable = (error: ModelError) => error.retryable && AgentDefinition.exceedsMaxDelay(run.request.agent.modelRetry, error) === undefined
+    const call = Effect.locally(run.summariser.generate(request), currentCall, { runId: run.runId, step, purpose: "Summary" })
+    return Effect.flatMap(Effect.retry(call, { schedule: run.schedule, while: waitable }), (reply) => {
+      const record: RunLog.HistoryCompacted = {
+        _tag: "HistoryCompacted",
+        seq: run.state.seq,
+        step: asStep(step),
+        reason: "Threshold",
+        toStep: asStep(planned.toStep),
+        requestTokens: planned.requestTokens,
+        summary: reply.text,
+        requestHash: Fingerprint.ofRequest(request),
+        usage: reply.usage
+      }
+      return Effect.map(run.store.appendCompaction(run.runId, record), () => {
+        run.state.seq += 1
+        run.state.compactions.push(record)
+        run.state.inputTokens += reply.usage.inputTokens
+        run.state.outputTokens += reply.usage.outputTokens
+      })
+    })
+  })
 
 /**
  * The model call of a step, with the emergency step (design 0300, decision 4): a request the
@@ -480,6 +516,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     const tracer = yield* Effect.tracer
     const clock = yield* Effect.clock
     const counters = Option.getOrElse(yield* Effect.serviceOption(TokenCounter.TokenCounter), () => TokenCounter.approximateOnly)
+    const summariser = yield* Effect.serviceOption(HistoryPolicy.Summariser)
     return yield* Effect.scoped(
       Effect.gen(function*() {
         // Claim first, then read the log once: under the claim nobody else writes, so what is
@@ -509,11 +546,12 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         const messages = History.initial(agent.systemPrompt, request.task)
         const modelTools = request.tools.modelView()
         const parts = HistoryPolicy.partsOf(agent.history)
-        const count = parts?.fit === undefined ? TokenCounter.approximateCount : counters.encoding(parts.fit.tokenizer)
+        const encoding = parts?.fit?.tokenizer ?? parts?.summary?.tokenizer
+        const count = encoding === undefined ? TokenCounter.approximateCount : counters.encoding(encoding)
         if (count === undefined) {
           return yield* new InvalidRunRequest({
             runId,
-            issues: `the history policy counts with the encoding "${parts!.fit!.tokenizer}", which the TokenCounter in context does not have (it has: ${counters.names.join(", ")}); provide @polyloop/ai's Tokenizers.layer for OpenAI encodings`
+            issues: `the history policy counts with the encoding "${encoding}", which the TokenCounter in context does not have (it has: ${counters.names.join(", ")}); provide @polyloop/ai's Tokenizers.layer for OpenAI encodings`
           })
         }
         const current: Run = {
@@ -530,6 +568,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           modelTools,
           fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           renderer: parts === undefined ? undefined : Rendering.make(parts, modelTools, agent.modelSettings, count!),
+          summariser: Option.getOrElse(summariser, () => model),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           parallel,
           concurrency: agent.actionConcurrency ?? 1,

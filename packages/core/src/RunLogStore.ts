@@ -446,6 +446,7 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
     const agent = typeof snapshot?.agent?.name === "string" ? snapshot.agent.name : "?"
     let tokens = 0
     for (const reply of log.replies) tokens += totalTokens(reply.reply.usage)
+    for (const compaction of log.compactions) if (compaction.usage !== undefined) tokens += totalTokens(compaction.usage)
     let elapsed = 0
     for (const step of log.steps) elapsed += step.elapsed
     let effectiveSteps = 0

@@ -354,3 +354,114 @@ describe("context_length_exceeded", () => {
       }
     }))
 })
+
+describe("summarise", () => {
+  const history = HistoryPolicy.summarise({ triggerTokens: 5_000, keepLast: 2 })
+  /** A summariser whose summary names the step and how much it read. */
+  const summariser = () =>
+    ScriptedModel.make((request, call) =>
+      ModelReply.make({ text: `SUMMARY@${call.step}: read ${request.messages[1]!.text.length} characters`, usage: { inputTokens: 1_000, outputTokens: 20 } }))
+
+  const runSummarising = (runId: string, steps: number, store: RunLogStore.RunLogStore.Service, options: {
+    readonly sink?: Layer.Layer<EventSink.EventSink>
+    readonly summariser: ScriptedModel.ScriptedModel
+    readonly model?: ScriptedModel.ScriptedModel
+  }) =>
+    Effect.gen(function*() {
+      const model = options.model ?? (yield* ScriptedModel.make(script(steps)))
+      const request = { runId: Ids.runId(runId), agent: agentWith(history, steps + 5), task: "Read everything.", tools }
+      const result = yield* Agent.run(request).pipe(
+        Effect.provide(Layer.mergeAll(services(store, options.sink), model.layer, Layer.succeed(HistoryPolicy.Summariser, options.summariser.client)))
+      )
+      return { result, model, request, log: yield* store.readLog(request.runId) }
+    })
+
+  it.effect("a summary replaces the oldest steps, recorded before the request with its fingerprint and usage; the usage counts in the run's tokens", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const writer = yield* summariser()
+      const { log, model, result } = yield* runSummarising("sum", 20, store, { summariser: writer })
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      const summaries = log.compactions.filter((c) => c.summary !== undefined)
+      assert.isAbove(summaries.length, 1)
+      assert.strictEqual(yield* writer.calls, summaries.length)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+      const requests = (yield* model.requests).map((seen) => seen.request)
+      for (const c of summaries) {
+        assert.strictEqual(c.reason, "Threshold")
+        assert.isBelow(c.seq, log.replies[c.step]!.seq)
+        assert.strictEqual(c.toStep, c.step - 2)
+        // The request of its step carries the summary in place of the steps before toStep.
+        const sent = requests[c.step]!.messages
+        assert.deepStrictEqual(sent[2], { _tag: "User", text: `[summary of steps 0–${c.toStep - 1}]\n${c.summary}` })
+        assert.strictEqual(stepOfCall((sent[3] as Message.Assistant).toolCalls[0]!.id), c.toStep)
+        assertPaired(sent)
+      }
+      // The summariser read the task, the previous summary and the steps it replaces, as text; no tools.
+      const asked = (yield* writer.requests).map((seen) => seen.request)
+      assert.deepStrictEqual(asked[0]!.tools, [])
+      assert.strictEqual(asked[0]!.messages[0]!._tag, "System")
+      assert.include(asked[0]!.messages[1]!.text, "Task: Read everything.")
+      assert.include(asked[1]!.messages[1]!.text, summaries[0]!.summary!)
+      // Each summary's usage counts: the run's tokens are its steps' and its summaries'.
+      const stepTokens = log.steps.reduce((n, s) => n + s.usage.inputTokens + s.usage.outputTokens, 0)
+      assert.strictEqual(result.usage.inputTokens + result.usage.outputTokens, stepTokens + summaries.length * 1_020)
+      assert.strictEqual(Option.getOrThrow(RunLogStore.summarize(log)).tokens, stepTokens + summaries.length * 1_020)
+    }))
+
+  it.effect("killed at every step boundary and inside a summary: the requests equal the uninterrupted run's; a recorded summary is never asked for again", () =>
+    Effect.gen(function*() {
+      const steps = 16
+      const refStore = yield* RunLogStore.makeMemory
+      const reference = yield* runSummarising("ref", steps, refStore, { summariser: yield* summariser() })
+      const summaries = reference.log.compactions.filter((c) => c.summary !== undefined)
+      for (let cut = 0; cut < steps; cut++) {
+        const store = yield* RunLogStore.makeMemory
+        const writer = yield* summariser()
+        const reached = yield* Deferred.make<void>()
+        const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === cut ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+        const fiber = yield* Effect.fork(runSummarising("cut", steps, store, { sink, summariser: writer }))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const { log } = yield* runSummarising("cut", steps, store, { summariser: writer })
+        assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.log.replies.map((r) => r.requestHash), `cut after step ${cut}`)
+        assert.deepStrictEqual(withoutSeq(log.compactions), withoutSeq(reference.log.compactions))
+        assert.strictEqual(yield* writer.calls, summaries.length, `the summariser is called once per summary (cut ${cut})`)
+      }
+      // Killed while the summariser writes: nothing was recorded, so the resume asks again — once.
+      const store = yield* RunLogStore.makeMemory
+      const inside = yield* Deferred.make<void>()
+      const blocked = yield* ScriptedModel.make(() => "never", { onCall: () => Effect.zipRight(Deferred.succeed(inside, undefined), Effect.never) })
+      const fiber = yield* Effect.fork(runSummarising("inside", steps, store, { summariser: blocked }))
+      yield* Deferred.await(inside)
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual((yield* store.readLog(Ids.runId("inside"))).compactions.length, 0)
+      const writer = yield* summariser()
+      const { log } = yield* runSummarising("inside", steps, store, { summariser: writer })
+      assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.log.replies.map((r) => r.requestHash))
+      assert.strictEqual(yield* writer.calls, summaries.length)
+    }), { timeout: 120_000 })
+
+  it.effect("a summarising run replays as identical without calling any summariser; the run's own model summarises when no Summariser is given", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const recorded = yield* runSummarising("sum-rec", 14, store, { summariser: yield* summariser() })
+      assert.isAbove(recorded.log.compactions.length, 0)
+      const replayStore = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded: recorded.log, request: { ...recorded.request, runId: Ids.runId("sum-replayed") } }).pipe(
+        Effect.provide(Layer.merge(services(replayStore), Layer.succeed(HistoryPolicy.Summariser, ScriptedModel.make([]).pipe(Effect.runSync).client)))
+      )
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(recorded.log) })
+
+      // No Summariser: the run's model is asked (its request has no tools and the summary prompt).
+      const own = yield* ScriptedModel.make((request, call) =>
+        request.tools.length === 0
+          ? ModelReply.make({ text: `own summary at ${call.step}` })
+          : (script(14) as (r: typeof request, c: typeof call) => ModelReply.ModelReply)(request, call))
+      const ownStore = yield* RunLogStore.makeMemory
+      const request = { runId: Ids.runId("own"), agent: agentWith(history, 19), task: "Read everything.", tools }
+      yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(ownStore), own.layer)))
+      const log = yield* ownStore.readLog(request.runId)
+      assert.isTrue(log.compactions.some((c) => c.summary?.startsWith("own summary at") === true))
+    }))
+})

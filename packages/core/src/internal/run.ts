@@ -41,6 +41,8 @@ export interface Run {
   readonly fingerprint: Fingerprint.Fingerprinter
   /** Renders the requests under a history policy (design 0300); undefined: keep everything. */
   readonly renderer: Rendering.Renderer | undefined
+  /** Writes summaries for `summarise` (design 0300): `HistoryPolicy.Summariser` if provided, the run's model otherwise. */
+  readonly summariser: ModelClient.Service
   readonly maxDurationMillis: number | undefined
   /** Whether a step runs several actions of one reply (`parallelToolCalls`, resolved). */
   readonly parallel: boolean

@@ -148,6 +148,11 @@ export const rebuild = (
         return corrupt(runId, `the history compaction at record ${compaction.seq} (step ${compaction.step}, steps before ${compaction.toStep}) does not fit the log`)
       }
       state.compactions.push(compaction)
+      // A summary's model call counts in the run's tokens.
+      if (compaction.usage !== undefined) {
+        state.inputTokens += compaction.usage.inputTokens
+        state.outputTokens += compaction.usage.outputTokens
+      }
     }
     state.resumedCount = log.resumes.length
     state.seq =
