@@ -12,6 +12,7 @@ import type { RunId } from "@polyloop/core/Ids"
 import type * as ModelReply from "@polyloop/core/ModelReply"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
@@ -52,6 +53,8 @@ export interface Transcript {
   readonly resumes: ReadonlyArray<RunLog.RunResumed>
   /** Approval requests and decisions, in write order (design 0160). */
   readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
+  /** History compactions (design 0300), in write order. */
+  readonly compactions: ReadonlyArray<RunLog.HistoryCompacted>
   /** The calls waiting for a person's decision (a suspended run). */
   readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
@@ -96,6 +99,7 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         steps,
         resumes: log.resumes,
         approvals: log.approvals,
+        compactions: log.compactions,
         waiting: Approval.waiting(log),
         finished: log.finished
       }
@@ -146,6 +150,18 @@ const usageFacts = (usage: ModelReply.Usage): string =>
 
 const block = (style: Style, name: string, text: string): string => `  ${label(style, name)}${Format.indent(text === "" ? style.dim("(empty)") : text, 15)}`
 
+/** What a step's request held of the history (design 0300): `steps 0–4 summarised · 5–9 masked · 10–11 verbatim`. */
+const stepRange = (from: number, to: number) => (from === to - 1 ? `${from}` : `${from}–${to - 1}`)
+
+const sentFacts = (view: HistoryPolicy.SentView, step: number): string => {
+  const range = stepRange
+  const parts: Array<string> = []
+  if (view.replacedBefore > 0) parts.push(`steps ${range(0, view.replacedBefore)} ${view.compaction?.summarised === true ? "summarised" : "dropped"}`)
+  if (view.maskedBefore > view.replacedBefore) parts.push(`${range(view.replacedBefore, view.maskedBefore)} observations masked`)
+  if (step > view.maskedBefore) parts.push(`${range(view.maskedBefore, step)} verbatim`)
+  return parts.length === 0 ? "the task only" : parts.join(" · ")
+}
+
 /** The transcript as text. */
 export const render = (style: Style, transcript: Transcript): string => {
   const { started, summary } = transcript
@@ -162,6 +178,8 @@ export const render = (style: Style, transcript: Transcript): string => {
     const changed = parent.differences.length === 0 ? "same configuration" : `changed: ${parent.differences.map((d) => d.path).join(", ")}`
     lines.push(`  ${label(style, "forked from")}${style.bold(parent.runId)} at step ${parent.step} (${changed})`)
   }
+  const policy = Option.getOrUndefined(Option.flatMap(transcript.snapshot, (snapshot) => Option.fromNullable(snapshot.agent.history)))
+  if (policy !== undefined && policy._tag !== "KeepAll") lines.push(`  ${label(style, "history")}${HistoryPolicy.describe(policy)}`)
   lines.push(`  ${label(style, "budget used")}${Format.budgetUsed({ ...summary, elapsed: summary.elapsed }, budget)}`)
   if (Option.isSome(answer)) lines.push(`  ${label(style, "answer")}${Format.indent(answer.value, 15)}`)
   Option.map(Option.flatMap(summary.stopReason, (r) => (r._tag === "EnvError" ? Option.some(r.message) : Option.none())), (message) =>
@@ -181,6 +199,14 @@ export const render = (style: Style, transcript: Transcript): string => {
       finishReason === undefined ? undefined : `finish ${finishReason}${rawFinishReason === undefined ? "" : ` (${rawFinishReason})`}`
     ].filter((fact) => fact !== undefined)
     lines.push("", `${style.bold(`step ${step.step}`)}  ${style.dim(facts.join(" · "))}`)
+    if (policy !== undefined && policy._tag !== "KeepAll") {
+      for (const c of transcript.compactions.filter((c) => c.step === step.step)) {
+        const what = c.summary !== undefined ? "summarised" : "dropped"
+        lines.push(block(style, "compacted", `${style.magenta(`steps ${stepRange(0, c.toStep)} ${what}`)} before this request (${c.reason}: ${c.requestTokens} tokens counted)`))
+        if (c.summary !== undefined) lines.push(block(style, "summary", c.summary))
+      }
+      lines.push(block(style, "sent", sentFacts(HistoryPolicy.sentView(policy, transcript.compactions, step.step), step.step)))
+    }
     if (step.reply !== undefined) {
       const reply = step.reply.reply
       if (reply.reasoning !== undefined) lines.push(block(style, "reasoning", reply.reasoning))

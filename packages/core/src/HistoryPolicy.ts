@@ -249,3 +249,50 @@ export const placeholderFor = (policy: MaskObservations, tool: string, observati
     .replaceAll("{tool}", tool)
     .replaceAll("{lines}", String(lineCount(observation)))
     .replaceAll("{characters}", String(observation.length))
+
+/** What the request of a step held of the history under a policy (for `polyloop show` and the viewer). */
+export interface SentView {
+  /** Steps before this were replaced by the compaction's note (0: none). */
+  readonly replacedBefore: number
+  /** The compaction in force (its reason, and whether a summary stood in). */
+  readonly compaction: { readonly reason: string; readonly summarised: boolean; readonly seq: number } | undefined
+  /** Steps from `replacedBefore` up to this had their answers masked. */
+  readonly maskedBefore: number
+}
+
+/**
+ * What the request of `step` held, from the policy and the log's compactions (`RunLog.compactions`):
+ * the same boundaries the loop rendered with.
+ */
+export const sentView = (
+  policy: HistoryPolicy | undefined,
+  compactions: ReadonlyArray<{ readonly step: number; readonly toStep: number; readonly reason: string; readonly summary?: string | undefined; readonly seq: number }>,
+  step: number
+): SentView => {
+  let record: (typeof compactions)[number] | undefined
+  for (const c of compactions) if (c.step <= step) record = c
+  const replacedBefore = Math.min(record?.toStep ?? 0, step)
+  const mask = partsOf(policy)?.mask
+  const maskedBefore = Math.max(replacedBefore, mask === undefined ? 0 : Math.min(boundary(mask, step), step))
+  return {
+    replacedBefore,
+    compaction: record === undefined ? undefined : { reason: record.reason, summarised: record.summary !== undefined, seq: record.seq },
+    maskedBefore
+  }
+}
+
+/** A policy in one line: `maskObservations(keepLast 4, every 5) + fitTokens(window 32000, headroom 4000, o200k_base)`. */
+export const describe = (policy: HistoryPolicy | undefined): string => {
+  const one = (p: MaskObservations | FitTokens | Summarise): string => {
+    switch (p._tag) {
+      case "MaskObservations":
+        return `maskObservations(keepLast ${p.keepLast}, every ${p.every})`
+      case "FitTokens":
+        return `fitTokens(window ${p.window}, headroom ${p.headroom}, ${p.tokenizer}, trimTo ${p.trimTo})`
+      case "Summarise":
+        return `summarise(triggerTokens ${p.triggerTokens}, keepLast ${p.keepLast}, ${p.tokenizer})`
+    }
+  }
+  if (policy === undefined || policy._tag === "KeepAll") return "keepAll"
+  return policy._tag === "Compose" ? policy.policies.map(one).join(" + ") : one(policy)
+}

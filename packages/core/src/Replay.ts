@@ -202,7 +202,7 @@ export type Comparison =
 /**
  * A record as the comparison sees it: its encoded JSON without what differs between two runs of
  * one configuration by nature — the run id, sequence numbers, timestamps, elapsed times, the
- * resumed count, a fork's parent. `RunResumed` records are dropped before comparing, and a
+ * resumed count, a fork's parent, the log's schema version. `RunResumed` records are dropped before comparing, and a
  * reply's `requestHash` is compared only when both sides have one (logs written before
  * fingerprints have none).
  */
@@ -214,6 +214,8 @@ const normalize = (record: RunLog.RunRecord): unknown => {
       delete value.runId
       delete value.startedAt
       delete value.forkedFrom
+      // The schema version of the code that wrote it, not what the run did.
+      delete value.logVersion
       break
     case "StepCompleted":
       delete value.elapsed
