@@ -59,7 +59,7 @@ describe("version-2 logs under version 3", () => {
       assert.strictEqual(LogFile.toJsonl(finished), fixture("v2-masked-finished.jsonl"))
 
       // Resumed by today's code: the requests after the resume are the ones the old code sent.
-      const expected = JSON.parse(fixture("v2-masked.hashes.json")) as ReadonlyArray<string>
+      const expected = JSON.parse(fixture("v2-masked.hashes.json")) as Array<string | undefined>
       const model = yield* v2Model
       const result = yield* Agent.run({ runId: Ids.runId("v2-masked-crashed"), agent: v2Agent, task: "Read everything.", tools }).pipe(
         Effect.provide(Layer.merge(services, model.layer))

@@ -229,7 +229,9 @@ export const make = (
     const last = source.steps - 1
     if (last < 0 || source.lastInputTokens <= 0) return 1
     const counted = size(last, Math.min(toStepAt(source.compactions, last), last), recordNote(source, last))
-    return counted > 0 ? source.lastInputTokens / counted : 1
+    // Clamped: a count four times off is a tokenizer's worst case (CJK text by characters / 4);
+    // beyond that the report is not of this request (a proxy, a test double), so it is not trusted further.
+    return counted > 0 ? Math.min(4, Math.max(0.25, source.lastInputTokens / counted)) : 1
   }
   const current = (source: Source) => Math.min(toStepAt(source.compactions, source.steps), source.steps)
   /** The calibrated size of the request as it stands (the compaction in force). */
