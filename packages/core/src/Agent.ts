@@ -318,7 +318,11 @@ const generateFitting = (
   const renderer = run.renderer
   const call = (current: Rendering.Sent | undefined) => {
     const generated = generate(run, step, current)
-    return renderer === undefined ? generated : Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" })
+    // The step is named to the client only when steps may be missing from the request (a
+    // policy that drops or summarises, or a compaction already made); otherwise the number of
+    // its Assistant messages says it, and the step pays nothing for a fiber reference.
+    const named = renderer !== undefined && (renderer.compacts || run.state.compactions.length > 0)
+    return named ? Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" }) : generated
   }
   return call(sent).pipe(
     Effect.map((reply) => [reply, sent] as const),

@@ -65,6 +65,8 @@ export interface Renderer {
   readonly tokens: (source: Source) => number
   /** The budget's window, when the policy names one. */
   readonly window: number | undefined
+  /** Whether the policy drops or summarises steps (not only masks). */
+  readonly compacts: boolean
   /** The summary `summarise` asks for before the request of `source.steps`, if any. */
   readonly planSummary: (source: Source) => Planned | undefined
   /** The summariser's request for the steps before `toStep`. */
@@ -245,6 +247,7 @@ export const make = (
   return {
     request: rendering.request,
     window: fit?.window,
+    compacts: fit !== undefined || summary !== undefined,
     tokens,
     plan: (source) => {
       if (fit === undefined) return undefined
