@@ -282,9 +282,38 @@ const encodeWaiting = Schema.encodeSync(Approval.Waiting)
  * logged (canonical JSON value, whatever version wrote it), `budget` its budget (null when the
  * snapshot does not decode with this version) and `used` what the run has used of it.
  */
+/**
+ * Per step, under a history policy (design 0300): what its request held (`sent`), and from which
+ * step on its own answers were masked and the step replaced (dropped or summarised) in the
+ * requests — the boundaries only grow, so one pass finds them. `undefined` for keep-everything.
+ */
+const historyOf = (transcript: Transcript): ReadonlyArray<unknown> | undefined => {
+  const policy = Option.getOrUndefined(Option.flatMap(transcript.snapshot, (snapshot) => Option.fromNullable(snapshot.agent.history)))
+  if (policy === undefined || policy._tag === "KeepAll") return undefined
+  const steps = transcript.steps.map((step) => step.step)
+  const last = steps.length === 0 ? 0 : Math.max(...steps)
+  const views = Array.from({ length: last + 1 }, (_, s) => HistoryPolicy.sentView(policy, transcript.compactions, s))
+  const maskedFrom: Array<number | null> = []
+  const replacedFrom: Array<number | null> = []
+  let m = 0
+  let r = 0
+  for (let k = 0; k <= last; k++) {
+    while (m <= last && views[m]!.maskedBefore <= k) m++
+    while (r <= last && views[r]!.replacedBefore <= k) r++
+    maskedFrom.push(m <= last && (r > last || m < r) ? m : null)
+    replacedFrom.push(r <= last ? r : null)
+  }
+  return views.map((view, s) => ({
+    sent: { replacedBefore: view.replacedBefore, summarised: view.compaction?.summarised ?? false, maskedBefore: view.maskedBefore },
+    maskedFrom: maskedFrom[s] ?? null,
+    replacedFrom: replacedFrom[s] ?? null
+  }))
+}
+
 export const toJson = (transcript: Transcript): unknown => {
   const budget = budgetOf(transcript)
   const summary = transcript.summary
+  const history = historyOf(transcript)
   return {
     runId: transcript.runId,
     summary: encodeSummary(summary),
@@ -308,8 +337,12 @@ export const toJson = (transcript: Transcript): unknown => {
       /** The first result (the only one of a one-action step), for readers of the shape before design 0150. */
       result: step.results.length === 0 ? null : encodeRecord(step.results[0]!),
       completion: step.completed === undefined ? null : encodeRecord(step.completed),
-      tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage)
+      tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage),
+      /** What the step's request held of the history, and when its answers were masked or replaced (design 0300); null: keep everything. */
+      history: history?.[step.step] ?? null
     })),
+    /** History compactions (design 0300), in write order. */
+    compactions: transcript.compactions.map((record) => encodeRecord(record)),
     finished: Option.getOrNull(Option.map(transcript.finished, encodeRecord))
   }
 }
