@@ -465,3 +465,30 @@ describe("summarise", () => {
       assert.isTrue(log.compactions.some((c) => c.summary?.startsWith("own summary at") === true))
     }))
 })
+
+describe("forks of a compacting run", () => {
+  it.effect("a fork under the same policy continues with the parent's requests; a fork under another budget replays as itself", () =>
+    Effect.gen(function*() {
+      const parent = yield* runOnce("parent", 24, fit)
+      const at = parent.log.compactions[1]!.step + 2
+      const forkId = Ids.runId("child")
+      yield* Agent.fork({ from: parent.request.runId, atStep: at, runId: forkId }).pipe(Effect.provideService(RunLogStore.RunLogStore, parent.store))
+      const model = yield* ScriptedModel.make(script(24))
+      yield* Agent.run({ ...parent.request, runId: forkId }).pipe(Effect.provide(Layer.merge(services(parent.store), model.layer)))
+      const child = yield* parent.store.readLog(forkId)
+      assert.deepStrictEqual(child.replies.map((r) => r.requestHash), parent.log.replies.map((r) => r.requestHash))
+      assert.deepStrictEqual(withoutSeq(child.compactions), withoutSeq(parent.log.compactions))
+
+      // An ablation: the same copied steps under a smaller budget; the fork's own log replays as identical.
+      const smaller = agentWith(HistoryPolicy.fitTokens({ window: 6_000, headroom: 1_000 }), 29)
+      const ablationId = Ids.runId("ablation")
+      const forked = yield* Agent.fork({ from: parent.request.runId, atStep: at, runId: ablationId, agent: smaller }).pipe(Effect.provideService(RunLogStore.RunLogStore, parent.store))
+      assert.isTrue(forked.forkedFrom.differences.some((d) => d.path.startsWith("agent.history")))
+      const again = yield* ScriptedModel.make(script(24))
+      yield* Agent.run({ ...parent.request, runId: ablationId, agent: smaller }).pipe(Effect.provide(Layer.merge(services(parent.store), again.layer)))
+      const ablation = yield* parent.store.readLog(ablationId)
+      const replayStore = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded: ablation, request: { ...parent.request, runId: Ids.runId("ablation-replayed"), agent: smaller } }).pipe(Effect.provide(services(replayStore)))
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(ablation) })
+    }))
+})
