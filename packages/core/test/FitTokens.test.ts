@@ -54,7 +54,9 @@ const reported = (messages: ReadonlyArray<Message.Message>): number => {
 
 /** `steps` replies reading one or two files, then an answer; usage reports the request's size. */
 const script = (steps: number): ScriptedModel.Script => (request, call) =>
-  call.step < steps
+  request.tools.length === 0
+    ? ModelReply.make({ text: `summary for step ${call.step}: ${request.messages[1]!.text.length} characters read`, usage: { inputTokens: 200, outputTokens: 10 } })
+    : call.step < steps
     ? ModelReply.make({
       text: "",
       toolCalls: call.step % 3 === 0
@@ -237,18 +239,24 @@ describe("fitTokens", () => {
     }))
 
   it.effect.prop(
-    "random runs, policies and kill points: every request pairs each call with its answer, and a resumed run sends the uninterrupted run's requests",
+    "random runs, policies (masking, summaries, budgets) and kill points: every request pairs each call with its answer, and a resumed run sends the uninterrupted run's requests",
     [
       fc.integer({ min: 2, max: 16 }),
       fc.integer({ min: 2_500, max: 9_000 }),
       fc.option(fc.record({ keepLast: fc.integer({ min: 0, max: 4 }), every: fc.integer({ min: 1, max: 4 }) }), { nil: undefined }),
       fc.double({ min: 0.3, max: 1, noNaN: true }),
-      fc.integer({ min: 0, max: 15 })
+      fc.integer({ min: 0, max: 15 }),
+      fc.option(fc.record({ triggerTokens: fc.integer({ min: 1_500, max: 6_000 }), keepLast: fc.integer({ min: 0, max: 3 }) }), { nil: undefined })
     ],
-    ([steps, window, mask, trimTo, killAt]) =>
+    ([steps, window, mask, trimTo, killAt, summary]) =>
       Effect.gen(function*() {
         const budget = HistoryPolicy.fitTokens({ window, headroom: 500, trimTo })
-        const history = mask === undefined ? budget : HistoryPolicy.compose(HistoryPolicy.maskObservations(mask), budget)
+        const parts = [
+          ...(mask === undefined ? [] : [HistoryPolicy.maskObservations(mask)]),
+          ...(summary === undefined ? [] : [HistoryPolicy.summarise(summary)]),
+          budget
+        ]
+        const history = parts.length === 1 ? budget : HistoryPolicy.compose(...parts)
         const reference = yield* runOnce("ref", steps, history)
         for (const request of reference.requests) assertPaired(request.messages)
         const { log, requests } = yield* killAndResume("cut", steps, history, Math.min(killAt, steps - 1))
@@ -320,6 +328,18 @@ describe("context_length_exceeded", () => {
       const cut = yield* cutStore.readLog(cutRequest.runId)
       assert.deepStrictEqual(cut.replies.map((r) => r.requestHash), log.replies.map((r) => r.requestHash))
       assert.deepStrictEqual(withoutSeq(cut.compactions), withoutSeq(log.compactions))
+    }))
+
+  it.effect("streamed: a refused stream takes the same emergency step and the run completes", () =>
+    Effect.gen(function*() {
+      const history = HistoryPolicy.maskObservations({ keepLast: 3, every: 2 })
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(script(8), { ...refusal(5, 1), streaming: true })
+      const request = { runId: Ids.runId("streamed"), agent: agentWith(history, 12), task: "Read everything.", tools, streaming: true }
+      const result = yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      const log = yield* store.readLog(request.runId)
+      assert.deepStrictEqual(log.compactions.map((c) => [c.reason, c.step, c.toStep]), [["ContextExceeded", 5, 4]])
     }))
 
   it.effect("refused again after the emergency step, or under keepAll: ContextWindowExceeded naming the window and the size; the log stays resumable", () =>
