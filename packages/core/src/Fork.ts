@@ -170,7 +170,8 @@ const rederived = (
         stepStarts: state.stepStarts,
         steps: step,
         compactions: inForce,
-        lastInputTokens: step === 0 ? 0 : log.replies[step - 1]!.reply.usage.inputTokens
+        lastInputTokens: step === 0 ? 0 : log.replies[step - 1]!.reply.usage.inputTokens,
+        turnMessages: state.turnMessages
       })
       if (planned !== undefined) {
         const record: RunLog.HistoryCompacted = {

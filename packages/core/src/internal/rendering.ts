@@ -40,6 +40,8 @@ export interface Source {
   readonly compactions: ReadonlyArray<RunLog.HistoryCompacted>
   /** The provider's input tokens of the last completed step's reply (0: not reported). */
   readonly lastInputTokens: number
+  /** The indices of a conversation's user messages (design 0300): never masked, never dropped. */
+  readonly turnMessages: ReadonlyArray<number>
 }
 
 /** A request's messages and fingerprint. @internal */
@@ -124,11 +126,14 @@ export const makeRendering = (parts: HistoryPolicy.Parts, tools: ReadonlyArray<T
   const preambleEnd = (source: Source) => source.stepStarts[0] ?? source.messages.length
   const appendMasked = (source: Source, from: number, to: number) => {
     const { messages, stepStarts } = source
+    const turns = source.turnMessages.length === 0 ? undefined : new Set(source.turnMessages)
     for (let s = from; s < to; s++) {
       const start = stepStarts[s]!
       const end = stepStarts[s + 1] ?? messages.length
       front.push(messages[start]!)
-      for (let i = start + 1; i < end; i++) front.push(mask === undefined ? messages[i]! : masked(mask, messages[i]!))
+      for (let i = start + 1; i < end; i++) {
+        front.push(mask === undefined || turns?.has(i) === true ? messages[i]! : masked(mask, messages[i]!))
+      }
     }
   }
   return {
@@ -142,7 +147,12 @@ export const makeRendering = (parts: HistoryPolicy.Parts, tools: ReadonlyArray<T
         front = []
         fingerprint = Fingerprint.makeRewindable(tools, settings)
         for (let i = 0; i < preambleEnd(source); i++) front.push(messages[i]!)
-        if (record !== undefined && t > 0) front.push(noteOf(parts, record))
+        if (record !== undefined && t > 0) {
+          front.push(noteOf(parts, record))
+          // A person's messages in the replaced span stay, in order (a summary never swallows one).
+          const end = stepStarts[t] ?? messages.length
+          for (const i of source.turnMessages) if (i < end) front.push(messages[i]!)
+        }
         frontRecord = record
         frontTo = t
         frontB = t
@@ -187,6 +197,8 @@ export const make = (
   // Prefix sums over completed steps: verbatim[s] / maskedSums[s] = tokens of steps [0, s).
   const verbatim: Array<number> = [0]
   const maskedSums: Array<number> = [0]
+  // userSums[s]: tokens of a conversation's user messages in the spans of steps [0, s) (kept when those steps are dropped).
+  const userSums: Array<number> = [0]
   let preamble = -1
   const toolTokens = count(JSON.stringify(tools))
   const countUpTo = (source: Source, steps: number) => {
@@ -196,19 +208,24 @@ export const make = (
       const end = stepStarts[0] ?? messages.length
       for (let i = 0; i < end; i++) preamble += messageTokens(count, messages[i]!)
     }
+    const turns = source.turnMessages.length === 0 ? undefined : new Set(source.turnMessages)
     for (let s = verbatim.length - 1; s < steps; s++) {
       const start = stepStarts[s]!
       const end = stepStarts[s + 1] ?? messages.length
       let v = 0
       let m = 0
+      let u = 0
       for (let i = start; i < end; i++) {
         const message = messages[i]!
         const tokens = messageTokens(count, message)
+        const turn = turns?.has(i) === true
         v += tokens
-        m += mask === undefined || i === start ? tokens : messageTokens(count, masked(mask, message))
+        if (turn) u += tokens
+        m += mask === undefined || i === start || turn ? tokens : messageTokens(count, masked(mask, message))
       }
       verbatim.push(verbatim[s]! + v)
       maskedSums.push(maskedSums[s]! + m)
+      userSums.push(userSums[s]! + u)
     }
   }
   const noteTokens = new WeakMap<RunLog.HistoryCompacted, number>()
@@ -224,7 +241,7 @@ export const make = (
   /** Counted tokens of the request of `steps` with steps [0, t) replaced by a note of `note` tokens. */
   const size = (steps: number, t: number, note: number): number => {
     const b = Math.max(t, mask === undefined ? 0 : Math.min(HistoryPolicy.boundary(mask, steps), steps))
-    return toolTokens + preamble + note + (maskedSums[b]! - maskedSums[t]!) + (verbatim[steps]! - verbatim[b]!)
+    return toolTokens + preamble + note + userSums[t]! + (maskedSums[b]! - maskedSums[t]!) + (verbatim[steps]! - verbatim[b]!)
   }
   /** The provider's count over ours for the last completed step's request (1 when unknown). */
   const ratio = (source: Source): number => {

@@ -59,6 +59,8 @@ export interface Run {
   state: State.State
   /** The approvals of the pending step being resumed (design 0160), set by `Agent.run` before it resumes. */
   gate: Gate | undefined
+  /** A conversation (design 0300): a turn ends with `TurnFinished`, never `RunFinished`. */
+  readonly conversation: boolean
 }
 
 /**
