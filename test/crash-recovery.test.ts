@@ -50,6 +50,8 @@ const MULTI_MIN_KILLS = 50
 /** The history test (issue 30, design 0300): steps of a masking, summarising, budgeted run; kills at least. */
 const HISTORY_STEPS = 40
 const HISTORY_MIN_KILLS = 30
+/** The conversation test (issue 31): kills at least, over `Scenario.chatTurns` turns. */
+const CHAT_MIN_KILLS = 50
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-crash-"))),
@@ -686,6 +688,50 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
             `crash-recovery (history policies): round ${i}: ${round.delays.length} kills over ${round.lives} lives, ${got.log.resumes.length} resumes, ${got.log.compactions.length} compactions (${summaries.length} summaries), ${calls} summariser calls (${killedInside} kills inside one); kill delays: ${round.delays.join(" ")}`
           )
         }
+      })
+    ), 900_000)
+
+  it.live(`a conversation of ${Scenario.chatTurns} turns killed at random moments (≥ ${CHAT_MIN_KILLS} kills, inside turns and between a message's write and its turn): no message lost or doubled, no "Never" call twice, the same turns as the conversation never killed`, () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
+        console.log(`crash-recovery (conversation): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
+        const random = prng(seed)
+        const chatArgs = (files: Files) => [files.db, files.side, files.history, "0", "chat"]
+        const reference = filesIn(dir, "chat-reference")
+        const plain = yield* runArgsToEnd(chatArgs(reference))
+        const ref = yield* readBack(reference.db)
+        const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / ref.log.steps.length)
+        assert.strictEqual(ref.log.turns.length, Scenario.chatTurns)
+        // Kills in the short window between a message's write and its turn's first step are
+        // counted: the life after one finds the message written and its turn not started.
+        let betweenWriteAndTurn = 0
+        const afterKill = (files: Files) =>
+          Effect.runPromise(readBack(files.db)).then((got) => {
+            const last = RunLog.records(got.log).at(-1)
+            if (last?._tag === "UserMessaged") betweenWriteAndTurn++
+          })
+        const { kills, lives, rounds } = yield* killInRounds((round) => filesIn(dir, `chat-${round}`), chatArgs, random, stepMillis, CHAT_MIN_KILLS, 8, afterKill)
+        assert.isAtLeast(kills, CHAT_MIN_KILLS, `only ${kills} kills over ${lives} lives in ${rounds.length} rounds`)
+        for (const [i, round] of rounds.entries()) {
+          const got = yield* readBack(round.files.db)
+          assert.deepStrictEqual(RunLogAudit.logProblems(got.log), [])
+          // Every message once, in order; every turn finished; the same replies turn by turn.
+          assert.deepStrictEqual(got.log.userMessages.map((m) => [m.turn, m.messageId, m.text]), ref.log.userMessages.map((m) => [m.turn, m.messageId, m.text]))
+          assert.deepStrictEqual(got.log.turns.map((t) => [t.turn, t.atStep, t.stopReason]), ref.log.turns.map((t) => [t.turn, t.atStep, t.stopReason]))
+          assert.deepStrictEqual(got.log.replies.map((r) => r.reply), ref.log.replies.map((r) => r.reply))
+          // No "Never" call ran twice; nothing ran before its reply was durable.
+          const runs = Scenario.readExecutions(round.files.side)
+          for (const e of runs) {
+            if (e.replay === "Never") assert.strictEqual(runs.filter((x) => x.step === e.step && x.callId === e.callId).length, 1, `${e.callId} ran twice`)
+            assert.isTrue(got.log.replies.some((r) => r.step === e.step && r.reply.toolCalls.some((c) => c.id === e.callId)), `${e.tool} at step ${e.step} ran without its reply logged`)
+          }
+          console.log(
+            `crash-recovery (conversation): round ${i}: ${round.delays.length} kills over ${round.lives} lives (step ≈ ${stepMillis.toFixed(1)} ms), ${got.log.resumes.length} resumes, ${got.log.turns.length} turns; kill delays: ${round.delays.join(" ")}`
+          )
+        }
+        console.log(`crash-recovery (conversation): ${betweenWriteAndTurn} kills fell between a message's write and its turn`)
       })
     ), 900_000)
 

@@ -233,3 +233,37 @@ export const historySummariser = (sideFile: string) =>
         )
     }
   )
+
+/** The conversation run (issue 31): turns sent one after another, each writing, echoing, writing, then answering. */
+export const chatTurns = 5
+
+/** The text of turn `i`'s message. */
+export const chatMessage = (i: number): string => `turn ${i}: write and echo, then answer`
+
+/** The model of the conversation run: its replies follow from the turn's message and the steps since it. */
+export const chatScript: ScriptedModel.Script = (request) => {
+  const messages = request.messages
+  let at = messages.length - 1
+  while (at > 0 && !(messages[at]!._tag === "User" && messages[at]!.text.startsWith("turn "))) at--
+  const turn = Number(/^turn (\d+)/.exec(messages[at]?.text ?? "")?.[1] ?? 0)
+  let since = 0
+  for (let i = at + 1; i < messages.length; i++) if (messages[i]!._tag === "Assistant") since++
+  switch (since) {
+    case 0:
+      return ScriptedModel.toolCall("write", { key: `t${turn}a`, value: `v${turn}` }, { usage })
+    case 1:
+      return ScriptedModel.toolCall("echo", { text: `e${turn}` }, { usage })
+    case 2:
+      return ScriptedModel.toolCall("write", { key: `t${turn}b`, value: `w${turn}` }, { usage })
+    default:
+      return ScriptedModel.text(`done with turn ${turn}`, usage)
+  }
+}
+
+/** The conversation run's agent: a budget per turn. */
+export const chatAgent = AgentDefinition.make({
+  name: "crash-chat",
+  systemPrompt: "You are a durable conversational agent. Use the tools.",
+  budget: { maxSteps: 6 },
+  modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) }
+})

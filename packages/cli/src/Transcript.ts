@@ -55,6 +55,9 @@ export interface Transcript {
   readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
   /** History compactions (design 0300), in write order. */
   readonly compactions: ReadonlyArray<RunLog.HistoryCompacted>
+  /** A conversation's messages after its task, and its finished turns (design 0300). */
+  readonly userMessages: ReadonlyArray<RunLog.UserMessaged>
+  readonly turns: ReadonlyArray<RunLog.TurnFinished>
   /** The calls waiting for a person's decision (a suspended run). */
   readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
@@ -100,6 +103,8 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         resumes: log.resumes,
         approvals: log.approvals,
         compactions: log.compactions,
+        userMessages: log.userMessages,
+        turns: log.turns,
         waiting: Approval.waiting(log),
         finished: log.finished
       }
@@ -186,7 +191,25 @@ export const render = (style: Style, transcript: Transcript): string => {
     lines.push(`  ${label(style, "env error")}${style.red(message)}`))
 
   const resumesAt = (step: number) => transcript.resumes.filter((resume) => resume.fromStep === step)
+  // A conversation (design 0300): each turn's message where its turn starts, each turn's end after its last step.
+  const conversation = started.conversation !== undefined
+  const turnEnd = (turn: RunLog.TurnFinished) =>
+    `  ${style.dim(`turn ${turn.turn} ended: ${StopReason.format(turn.stopReason)} after ${turn.counters.steps} steps, ${totalTokens(turn.counters.usage)} tokens`)}`
+  const messageAt = (step: number) =>
+    transcript.userMessages.filter((m) => transcript.turns.some((t) => t.turn === m.turn - 1 && t.atStep === step))
+  const printTurnsAt = (step: number) => {
+    if (!conversation) return
+    for (const ended of transcript.turns.filter((t) => t.atStep === step)) {
+      lines.push(turnEnd(ended))
+      for (const m of messageAt(step).filter((m) => m.turn === ended.turn + 1)) {
+        const drift = m.differences === undefined || m.differences.length === 0 ? "" : style.dim(`  (configuration changed: ${m.differences.map((d) => d.path).join(", ")})`)
+        lines.push("", `${style.bold(`turn ${m.turn}`)}  ${style.dim(`message ${m.messageId}, ${Format.time(m.at)}`)}${drift}`, block(style, "user", m.text))
+      }
+    }
+  }
+  if (conversation) lines.push("", `${style.bold("turn 0")}  ${style.dim(`message ${started.conversation!.messageId}`)}`, block(style, "user", started.task))
   for (const step of transcript.steps) {
+    if (step.step > 0) printTurnsAt(step.step)
     for (const resume of resumesAt(step.step)) {
       lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
     }
@@ -255,13 +278,19 @@ export const render = (style: Style, transcript: Transcript): string => {
       decision.actions.forEach((action, i) => lines.push(block(style, several ? `action ${i + 1}` : "action", Format.action(action, 10_000))))
     }
   }
+  printTurnsAt(transcript.steps.length)
+  const held = transcript.userMessages.filter((m) => !transcript.turns.some((t) => t.turn === m.turn - 1))
+  for (const m of held) lines.push("", `${style.yellow(`held: turn ${m.turn}'s message, waiting for the turn before it`)}`, block(style, "user", m.text))
   for (const resume of transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))) {
     lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
   }
   lines.push("")
   lines.push(
     Option.match(transcript.finished, {
-      onNone: () => style.yellow(`unfinished after ${summary.steps} steps: resume it with Agent.run on the same run id (or polyloop demo --run ${transcript.runId} for a demo run)`),
+      onNone: () =>
+        conversation
+          ? style.dim(`a conversation of ${transcript.turns.length} finished turn(s) and ${summary.steps} steps: Agent.send continues it`)
+          : style.yellow(`unfinished after ${summary.steps} steps: resume it with Agent.run on the same run id (or polyloop demo --run ${transcript.runId} for a demo run)`),
       onSome: (finished) =>
         `${style.bold("finished")} ${Format.time(finished.finishedAt)}: ${StopReason.format(finished.stopReason)} after ${finished.counters.steps} steps (${finished.counters.effectiveSteps} effective), ` +
         `${totalTokens(finished.counters.usage)} tokens, ${Format.duration(finished.counters.elapsed)} of step time`
@@ -343,6 +372,10 @@ export const toJson = (transcript: Transcript): unknown => {
     })),
     /** History compactions (design 0300), in write order. */
     compactions: transcript.compactions.map((record) => encodeRecord(record)),
+    /** A conversation's task message id, its later messages and its finished turns (design 0300); empty for a single-task run. */
+    conversation: transcript.started.conversation === undefined ? null : transcript.started.conversation,
+    userMessages: transcript.userMessages.map((record) => encodeRecord(record)),
+    turns: transcript.turns.map((record) => encodeRecord(record)),
     finished: Option.getOrNull(Option.map(transcript.finished, encodeRecord))
   }
 }

@@ -503,10 +503,24 @@ export const resultsByStep = (log: RunLog): ReadonlyMap<number, ReadonlyArray<Ac
 /**
  * The records of the steps before `step`, in sequence order: every record that carries a
  * `step` field lower than `step` (replies, results, step completions, and any record kind that
- * belongs to a step). The run's `RunStarted`, `RunResumed` and `RunFinished` are not included.
+ * belongs to a step), and a conversation's turns that ended by then with the messages that
+ * follow them. The run's `RunStarted`, `RunResumed` and `RunFinished` are not included.
  */
-export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunRecord> =>
-  records(log).filter((record) => "step" in record && typeof record.step === "number" && record.step < step)
+export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunRecord> => {
+  // A conversation's turns (design 0300): a turn that ended by then, and the message of the
+  // turn after it, which enters the history there.
+  const endedBy = new Set(log.turns.filter((t) => t.atStep <= step).map((t) => t.turn))
+  return records(log).filter((record) => {
+    switch (record._tag) {
+      case "TurnFinished":
+        return endedBy.has(record.turn)
+      case "UserMessaged":
+        return endedBy.has(record.turn - 1)
+      default:
+        return "step" in record && typeof record.step === "number" && record.step < step
+    }
+  })
+}
 
 /** All records of the log in sequence order. */
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
