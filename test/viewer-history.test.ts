@@ -5,7 +5,8 @@
  * 4–5 observations masked · 6–7 verbatim`, the same words as `polyloop show`), a compaction is
  * shown at the step it was made for, with its summary as text, and each observation says from
  * which step on it was masked or no longer sent — while the page shows it in full, as the log
- * keeps it. Screenshot to `POLYLOOP_SCREENSHOTS_DIR` when set.
+ * keeps it. And a conversation (issue 31): each turn's end and the next message where its turn
+ * starts. Screenshot to `POLYLOOP_SCREENSHOTS_DIR` when set.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Agent from "@polyloop/core/Agent"
@@ -71,6 +72,18 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
           task: "Read every file.",
           tools
         }).pipe(Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop)))
+        // A conversation of two turns (issue 31).
+        const desk = yield* ScriptedModel.make((request) => {
+          const last = request.messages.at(-1)!
+          return last._tag === "User"
+            ? ModelReply.make({ text: "", toolCalls: [{ id: "", name: "read_file", argumentsText: JSON.stringify({ path: "orders.txt" }) }] })
+            : ModelReply.make({ text: `Answered: ${request.messages.filter((m) => m._tag === "User").at(-1)!.text}` })
+        })
+        for (const [i, text] of ["Where is order 17?", "And order 23?"].entries()) {
+          yield* Agent.send({ runId: Ids.runId("chat-run"), messageId: `msg-${i}`, text, agent: AgentDefinition.make({ name: "desk", systemPrompt: "Answer.", budget: { maxSteps: 4 } }), tools }).pipe(
+            Effect.provide(Layer.mergeAll(desk.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
+          )
+        }
         const log = yield* Effect.flatMap(RunLogStore, (store) => store.readLog(Ids.runId("history-run")))
         if (!log.compactions.some((c) => c.summary !== undefined)) return yield* Effect.dieMessage("the seeded run made no summary")
       }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
@@ -130,6 +143,22 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
     await at.scrollIntoViewIfNeeded()
     await page.screenshot({ path: path.join(screenshots, "viewer-history.png"), fullPage: false })
     assert.deepStrictEqual(errors, [])
+    await page.close()
+  }, 120_000)
+
+  it("a conversation's turns: each turn's end, the next message before its first step, the conversation open", async () => {
+    const page = await browser!.context.newPage()
+    await page.goto(printed)
+    await page.goto(new URL(`/?${new URLSearchParams({ run: "chat-run" })}`, new URL(printed).origin).href)
+    await page.locator("section.step").first().waitFor()
+    assert.deepStrictEqual(await page.locator(".turn-end").allInnerTexts(), ["turn 0 ended: Completed(Answer) after 2 steps", "turn 1 ended: Completed(Answer) after 2 steps"])
+    const message = page.locator(".turn-message")
+    assert.strictEqual(await message.count(), 1)
+    assert.include(await message.innerText(), "And order 23?")
+    assert.include(await message.innerText(), "message msg-1")
+    // The message stands before turn 1's first step (step 2).
+    assert.strictEqual(await page.locator(".step-wrap:has(.turn-message) section.step").getAttribute("data-step"), "2")
+    assert.include(await page.locator("#conversation").innerText(), "2 turn(s) answered")
     await page.close()
   }, 120_000)
 })

@@ -674,14 +674,29 @@ const makeRunView = (priceTable) => {
       const tools = new Map((transcript.snapshot?.tools ?? []).map((tool) => [tool.name, tool.replayPolicy]))
       const context = { finished, suspended: transcript.summary.status === "Suspended", approvals: transcript.approvals ?? [], compactions: transcript.compactions ?? [], replayPolicyOf: (name) => tools.get(name) }
       const resumesAt = (index) => transcript.resumes.filter((r) => r.fromStep === index)
+      // A conversation (design 0300): each turn's end after its last step, and the next turn's message before its first.
+      const turns = transcript.turns ?? []
+      const spoken = transcript.userMessages ?? []
+      const turnsAt = (index) =>
+        turns.filter((t) => t.atStep === index).flatMap((t) => [
+          el("div", { class: "turn-end", "data-turn": t.turn }, `turn ${t.turn} ended: ${stopReasonLabel(t.stopReason)} after ${t.counters.steps} steps`),
+          ...spoken.filter((m) => m.turn === t.turn + 1).map((m) =>
+            el("div", { class: "turn-message", "data-turn": m.turn }, el("span", { class: "badge turn" }, `turn ${m.turn}`), el("span", { class: "note" }, `message ${m.messageId}`), pre(m.text, { class: "user-message" })))
+        ])
       const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40
       let previous = null
       for (const step of transcript.steps) {
-        const key = JSON.stringify([step, resumesAt(step.step), finished, context.suspended, context.approvals.filter((a) => a.step === step.step), context.compactions.filter((c) => c.step === step.step)])
+        const key = JSON.stringify([step, resumesAt(step.step), finished, context.suspended, context.approvals.filter((a) => a.step === step.step), context.compactions.filter((c) => c.step === step.step), turns.filter((t) => t.atStep === step.step).map((t) => t.turn), spoken.length])
         const known = rendered.get(step.step)
         let node = known?.node
         if (known === undefined || known.key !== key) {
-          const fresh = el("div", { class: "step-wrap" }, resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)), renderStep(step, context))
+          const fresh = el(
+            "div",
+            { class: "step-wrap" },
+            step.step > 0 ? turnsAt(step.step) : [],
+            resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
+            renderStep(step, context)
+          )
           if (node) node.replaceWith(fresh)
           else if (previous) previous.after(fresh)
           else steps.prepend(fresh)
@@ -692,8 +707,11 @@ const makeRunView = (priceTable) => {
       }
       const trailing = transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))
       footer.replaceChildren(
+        ...turnsAt(transcript.steps.length),
         ...trailing.map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
-        finished
+        transcript.conversation && !finished
+          ? el("p", { class: "waiting", id: "conversation" }, `A conversation: ${turns.length} turn(s) answered; new turns appear here as they are written.`)
+          : finished
           ? el("p", { id: "finished" }, el("strong", {}, "finished "), `${time(transcript.finished.finishedAt)}: ${stopReasonLabel(transcript.finished.stopReason)} after ${transcript.finished.counters.steps} steps (${transcript.finished.counters.effectiveSteps} effective)`)
           : el("p", { class: "waiting", id: "unfinished" }, "Not finished: new steps appear here as they are written.")
       )
