@@ -23,6 +23,7 @@ import * as RunLogAudit from "@polyloop/core/RunLogAudit"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as Pairing from "@polyloop/testing/Pairing"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -90,19 +91,8 @@ const services = (store: RunLogStore.RunLogStore.Service, sink: Layer.Layer<Even
 const sendWith = (store: RunLogStore.RunLogStore.Service, model: ScriptedModel.ScriptedModel, runId: string, messageId: string, text: string, agent = agentWith(), sink?: Layer.Layer<EventSink.EventSink>) =>
   Agent.send({ runId: Ids.runId(runId), messageId, text, agent, tools }).pipe(Effect.provide(Layer.merge(services(store, sink), model.layer)))
 
-/** Every Assistant message with calls is followed by exactly one answer per call, in order; no answer alone. */
-const assertPaired = (messages: ReadonlyArray<Message.Message>) => {
-  for (let i = 0; i < messages.length; i++) {
-    const m = messages[i]!
-    if (m._tag === "Tool") assert.fail(`message ${i} answers ${m.callId} without its call`)
-    if (m._tag !== "Assistant" || m.toolCalls.length === 0) continue
-    for (let k = 0; k < m.toolCalls.length; k++) {
-      const answer = messages[i + 1 + k]
-      assert.isTrue(answer !== undefined && answer._tag === "Tool" && answer.callId === m.toolCalls[k]!.id, `call ${m.toolCalls[k]!.id} of message ${i} is answered in order`)
-    }
-    i += m.toolCalls.length
-  }
-}
+/** Every Assistant message with calls is followed by exactly one answer per call, in order, and no answer stands alone. */
+const assertPaired = (messages: ReadonlyArray<Message.Message>) => assert.deepStrictEqual(Pairing.problems(messages), [])
 
 const userTexts = (request: ModelRequest) => request.messages.filter((m) => m._tag === "User").map((m) => m.text)
 

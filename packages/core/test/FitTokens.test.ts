@@ -13,6 +13,7 @@ import * as EventSink from "@polyloop/core/EventSink"
 import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as Ids from "@polyloop/core/Ids"
 import type * as Message from "@polyloop/core/Message"
+import type { ModelRequest } from "@polyloop/core/ModelClient"
 import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as Replay from "@polyloop/core/Replay"
@@ -22,6 +23,7 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as TokenCounter from "@polyloop/core/TokenCounter"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as Pairing from "@polyloop/testing/Pairing"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -53,7 +55,7 @@ const reported = (messages: ReadonlyArray<Message.Message>): number => {
 }
 
 /** `steps` replies reading one or two files, then an answer; usage reports the request's size. */
-const script = (steps: number): ScriptedModel.Script => (request, call) =>
+const script = (steps: number) => (request: ModelRequest, call: ScriptedModel.Call): ModelReply.ModelReply =>
   request.tools.length === 0
     ? ModelReply.make({ text: `summary for step ${call.step}: ${request.messages[1]!.text.length} characters read`, usage: { inputTokens: 200, outputTokens: 10 } })
     : call.step < steps
@@ -87,18 +89,7 @@ const runOnce = (runId: string, steps: number, history?: HistoryPolicy.HistoryPo
   })
 
 /** Every Assistant message with calls is followed by exactly one answer per call, in order, and no answer stands alone. */
-const assertPaired = (messages: ReadonlyArray<Message.Message>) => {
-  for (let i = 0; i < messages.length; i++) {
-    const m = messages[i]!
-    if (m._tag === "Tool") assert.fail(`message ${i} answers ${m.callId} without its call`)
-    if (m._tag !== "Assistant" || m.toolCalls.length === 0) continue
-    for (let k = 0; k < m.toolCalls.length; k++) {
-      const answer = messages[i + 1 + k]
-      assert.isTrue(answer !== undefined && answer._tag === "Tool" && answer.callId === m.toolCalls[k]!.id, `call ${m.toolCalls[k]!.id} of message ${i} is answered in order`)
-    }
-    i += m.toolCalls.length
-  }
-}
+const assertPaired = (messages: ReadonlyArray<Message.Message>) => assert.deepStrictEqual(Pairing.problems(messages), [])
 
 const approximateSize = (messages: ReadonlyArray<Message.Message>): number => {
   let n = TokenCounter.approximateCount(JSON.stringify(ToolRegistry.make(read).modelView()))
@@ -154,7 +145,7 @@ describe("fitTokens", () => {
         }
         if (s > 0) {
           // The last completed step is always sent.
-          const last = messages.findLast((m) => m._tag === "Assistant")
+          const last = [...messages].reverse().find((m) => m._tag === "Assistant")
           assert.isTrue(last !== undefined && last._tag === "Assistant" && stepOfCall(last.toolCalls[0]!.id) === s - 1)
         }
       }
@@ -166,7 +157,7 @@ describe("fitTokens", () => {
         assert.isAbove(c.requestTokens, fit.window - fit.headroom)
       }
       // Between two drops, each request extends the previous one (a stable prefix for caches).
-      const dropped = new Set(log.compactions.map((c) => c.step))
+      const dropped = new Set<number>(log.compactions.map((c) => c.step))
       for (let s = 1; s < requests.length; s++) {
         const previous = requests[s - 1]!.messages
         const extends_ = JSON.stringify(requests[s]!.messages.slice(0, previous.length)) === JSON.stringify([...previous])
@@ -198,7 +189,7 @@ describe("fitTokens", () => {
         const store = yield* RunLogStore.makeMemory
         const model = yield* ScriptedModel.make((request, call) =>
           Effect.map(Effect.succeed(script(30)), (f) => {
-            const reply = f(request, call) as ModelReply.ModelReply
+            const reply = f(request, call)
             return ModelReply.make({ text: reply.text, toolCalls: reply.toolCalls, usage: { inputTokens: reply.usage.inputTokens * 2, outputTokens: 1 } })
           }))
         const request = { runId: Ids.runId("calibrated-b"), agent: agentWith(fit, 35), task: "Read everything.", tools }
@@ -414,7 +405,7 @@ describe("summarise", () => {
         // The request of its step carries the summary in place of the steps before toStep.
         const sent = requests[c.step]!.messages
         assert.deepStrictEqual(sent[2], { _tag: "User", text: `[summary of steps 0–${c.toStep - 1}]\n${c.summary}` })
-        assert.strictEqual(stepOfCall((sent[3] as Message.Assistant).toolCalls[0]!.id), c.toStep)
+        assert.strictEqual(stepOfCall((sent[3] as Extract<Message.Message, { readonly _tag: "Assistant" }>).toolCalls[0]!.id), c.toStep)
         assertPaired(sent)
       }
       // The summariser read the task, the previous summary and the steps it replaces, as text; no tools.
