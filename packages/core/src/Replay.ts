@@ -227,6 +227,16 @@ const normalize = (record: RunLog.RunRecord): unknown => {
       delete value.actionHash
       delete value.at
       break
+    case "UserMessaged":
+      delete value.at
+      break
+    case "TurnFinished": {
+      delete value.finishedAt
+      const counters = value.counters as Record<string, unknown>
+      delete counters.elapsed
+      delete counters.resumedCount
+      break
+    }
     case "RunFinished": {
       delete value.finishedAt
       const counters = value.counters as Record<string, unknown>
@@ -323,7 +333,21 @@ export const run = (options: RunOptions): Effect.Effect<Comparison, ReplayDiverg
   Effect.gen(function*() {
     // Summaries are served from the record too, whoever the recorded run's summariser was.
     const served = Layer.provideMerge(Layer.effect(HistoryPolicy.Summariser, ModelClient), model(options.recorded))
-    const replaying = Agent.run(options.request).pipe(
+    // A conversation (design 0300) is replayed message by message, each sent as it was recorded;
+    // a message already answered in an earlier pass (before a suspension) answers again at once.
+    const started = Option.getOrUndefined(options.recorded.started)
+    const conversation = started?.conversation
+    const messages = conversation === undefined || started === undefined
+      ? []
+      : [{ messageId: conversation.messageId, text: started.task }, ...options.recorded.userMessages.map((m) => ({ messageId: m.messageId, text: m.text }))]
+    const request = options.request
+    const driven: Effect.Effect<Agent.RunResult, RunError, Agent.Requirements> = conversation === undefined
+      ? Agent.run(request)
+      : Effect.reduce(messages, undefined as Agent.RunResult | undefined, (_, m) =>
+        Agent.send({ runId: request.runId, messageId: m.messageId, text: m.text, agent: request.agent, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) })).pipe(
+          Effect.map((result) => result!)
+        )
+    const replaying = driven.pipe(
       Effect.provide(served),
       Effect.catchTag("ModelError", (error) => Effect.fail(error.cause instanceof ReplayDiverged ? error.cause : error))
     )

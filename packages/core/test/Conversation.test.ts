@@ -18,6 +18,7 @@ import type * as Message from "@polyloop/core/Message"
 import type { ModelRequest } from "@polyloop/core/ModelClient"
 import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
+import * as Replay from "@polyloop/core/Replay"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogAudit from "@polyloop/core/RunLogAudit"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
@@ -311,4 +312,25 @@ describe("Agent.send", () => {
       }),
     { fastCheck: { numRuns: 25 } }
   )
+})
+
+describe("Replay of a conversation", () => {
+  it.effect("replays message by message as identical; a changed prompt diverges at its step", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      for (const [i, text] of conversation.entries()) yield* sendWith(store, model, "chat", `m${i}`, text)
+      const recorded = yield* store.readLog(Ids.runId("chat"))
+      const replayStore = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded, request: { runId: Ids.runId("chat-replayed"), agent: agentWith(), task: conversation[0]!, tools } }).pipe(
+        Effect.provide(services(replayStore))
+      )
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(recorded) })
+      const diverged = yield* Effect.flip(
+        Replay.run({ recorded, request: { runId: Ids.runId("chat-other"), agent: agentWith({ prompt: "Another prompt." }), task: conversation[0]!, tools } }).pipe(
+          Effect.provide(services(replayStore))
+        )
+      )
+      assert.strictEqual(diverged._tag, "ReplayDiverged")
+    }))
 })
