@@ -19,6 +19,7 @@
  * @since 0.1.0
  */
 import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { identity } from "effect/Function"
@@ -32,7 +33,7 @@ import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
-import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
+import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, RunBusy, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
 import { RunId } from "./Ids.js"
@@ -425,6 +426,7 @@ const finish = (run: Run, stopReason: StopReason) =>
  * suspension.
  */
 const next = (run: Run): Effect.Effect<RunResult, Gate.LoopError> => {
+  if (run.inbox !== undefined && run.inbox.queue.length > 0) return Effect.flatMap(drain(run), () => next(run))
   const stop = judge(run)
   return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => next(run))
 }
@@ -535,11 +537,11 @@ const appendMessage = (
   turn: number,
   message: SentMessage,
   inForce: { readonly snapshot: unknown; readonly snapshotHash: string } | undefined,
-  snapshot: Snapshot.Encoded
+  snapshot: Snapshot.Encoded | undefined
 ) =>
   Effect.gen(function*() {
     const at = yield* Clock.currentTimeMillis
-    const drift = inForce !== undefined && !Snapshot.matches(inForce.snapshotHash, snapshot)
+    const drift = inForce !== undefined && snapshot !== undefined && !Snapshot.matches(inForce.snapshotHash, snapshot)
     const record: RunLog.UserMessaged = {
       _tag: "UserMessaged",
       seq: run.state.seq,
@@ -547,7 +549,7 @@ const appendMessage = (
       messageId: message.messageId,
       text: message.text,
       at,
-      ...(drift
+      ...(drift && snapshot !== undefined && inForce !== undefined
         ? {
           snapshot: snapshot.value,
           snapshotHash: snapshot.hash,
@@ -574,10 +576,66 @@ const hold = (
 ) => Effect.asVoid(appendMessage(run, log.userMessages.length + 1, message, inForce, snapshot))
 
 /**
+ * Queues a message with the conversation running in this process under the same agent and
+ * tools (decision 8): resolved once its turn ends; `undefined` when there is none to queue with.
+ */
+const queueWith = (runId: RunId, given: RunRequest, message: SentMessage): Effect.Effect<RunResult, RunError> | undefined => {
+  const inbox = inboxes.get(runId)
+  if (inbox === undefined || !inbox.accepting || inbox.agent !== given.agent || inbox.tools !== given.tools) return undefined
+  return Effect.gen(function*() {
+    const written = yield* Deferred.make<void, RunError>()
+    const answered = yield* Deferred.make<RunResult, RunError>()
+    inbox.queue.push({ message, written, answered })
+    return yield* Deferred.await(answered)
+  })
+}
+
+/**
  * The turns of a conversation whose current turn has ended: each held message's turn in order,
  * then the new message's (appended first). Returns the result of the sent message's turn (the
  * last turn's for `Agent.run`).
  */
+/**
+ * A message sent to a conversation whose turn is running in this process (decision 8): queued
+ * with the running loop, which writes it at its next step boundary (`written`: durable, held
+ * for the next turn) and answers it when its turn ends (`answered`).
+ */
+interface Queued {
+  readonly message: SentMessage
+  readonly written: Deferred.Deferred<void, RunError>
+  readonly answered: Deferred.Deferred<RunResult, RunError>
+}
+
+/** The messages queued with a conversation running in this process, and its held messages (written, their turns to come). */
+export interface Inbox {
+  readonly agent: AgentDefinition.AgentDefinition
+  readonly tools: ToolRegistry<unknown>
+  readonly queue: Array<Queued>
+  readonly held: Array<RunLog.UserMessaged>
+  readonly answers: Map<string, Deferred.Deferred<RunResult, RunError>>
+  /** Messages the log holds (the next one's turn is this + 1). */
+  messages: number
+  accepting: boolean
+}
+
+/** The conversations whose turns run in this process, by run id. */
+const inboxes = new Map<string, Inbox>()
+
+/** Writes the queued messages (held: their turns start when the current one ends) and acknowledges each. */
+const drain = (run: Run): Effect.Effect<void, Gate.LoopError> => {
+  const inbox = run.inbox
+  if (inbox === undefined || inbox.queue.length === 0) return Effect.void
+  const queued = inbox.queue.splice(0)
+  return Effect.forEach(queued, (q) =>
+    Effect.gen(function*() {
+      const record = yield* appendMessage(run, inbox.messages + 1, q.message, undefined, undefined)
+      inbox.messages += 1
+      inbox.held.push(record)
+      inbox.answers.set(record.messageId, q.answered)
+      yield* Deferred.succeed(q.written, undefined)
+    }), { discard: true })
+}
+
 const converse = (
   run: Run,
   log: RunLog.RunLog,
@@ -587,22 +645,37 @@ const converse = (
   finishedNow: RunResult | undefined
 ): Effect.Effect<RunResult, Gate.LoopError> =>
   Effect.gen(function*() {
-    const queue = log.userMessages.filter((m) => m.turn > run.state.turn)
-    if (message !== undefined && !isKnownMessage(log, message.messageId)) {
-      queue.push(yield* appendMessage(run, log.userMessages.length + 1, message, inForce, snapshot))
+    const inbox = run.inbox!
+    // The log's held messages (their turns not started), before any queued since this attempt began.
+    inbox.held.unshift(...log.userMessages.filter((m) => m.turn > run.state.turn && !inbox.held.some((h) => h.messageId === m.messageId)))
+    let wanted = message === undefined ? undefined : turnOf(log, message.messageId)
+    if (message !== undefined && wanted === undefined) {
+      const record = yield* appendMessage(run, inbox.messages + 1, message, inForce, snapshot)
+      inbox.messages += 1
+      inbox.held.push(record)
+      wanted = record.turn
     }
     const results = new Map<number, RunResult>()
     if (finishedNow !== undefined) results.set(run.state.turn, { ...finishedNow, turn: run.state.turn })
-    for (const next of queue) {
+    // Held messages in order — those of the log, this one, and those queued while turns run.
+    for (;;) {
+      yield* drain(run)
+      const next = inbox.held.shift()
+      if (next === undefined) break
       State.startTurn(run.state, next)
       yield* emit(run, { _tag: "TurnStarted", runId: run.runId, turn: next.turn, messageId: next.messageId, text: next.text })
-      const result = yield* loop(run)
-      results.set(next.turn, { ...result, turn: next.turn })
+      const result: RunResult = { ...(yield* loop(run)), turn: next.turn }
+      results.set(next.turn, result)
+      const waiting = inbox.answers.get(next.messageId)
+      if (waiting !== undefined) {
+        inbox.answers.delete(next.messageId)
+        yield* Deferred.succeed(waiting, result)
+      }
     }
-    const wanted = message === undefined ? run.state.turn : turnOf(log, message.messageId) ?? queue.at(-1)?.turn ?? run.state.turn
-    const found = results.get(wanted) ?? results.get(run.state.turn)
+    const turn = wanted ?? run.state.turn
+    const found = results.get(turn) ?? results.get(run.state.turn)
     if (found !== undefined) return found
-    const ended = log.turns.find((t) => t.turn === wanted) ?? log.turns.at(-1)!
+    const ended = log.turns.find((t) => t.turn === turn) ?? log.turns.at(-1)!
     return turnResultOf(run.runId, ended)
   })
 
@@ -751,6 +824,9 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
           const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
           if (answered !== undefined) return answered
+          // A turn of this conversation runs in this process: the message waits for it (decision 8).
+          const queued = message === undefined ? undefined : queueWith(runId, given, message)
+          if (queued !== undefined) return yield* queued
           return yield* error
         }
         const log = yield* store.readLog(runId)
@@ -820,7 +896,35 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           clock,
           state: State.fresh(messages),
           gate: undefined,
-          conversation
+          conversation,
+          inbox: undefined
+        }
+        if (conversation) {
+          // Messages sent to this conversation from this process while it runs are queued here.
+          const inbox: Inbox = {
+            agent: given.agent,
+            tools: given.tools,
+            queue: [],
+            held: [],
+            answers: new Map(),
+            messages: log.userMessages.length,
+            accepting: true
+          }
+          inboxes.set(runId, inbox)
+          current.inbox = inbox
+          yield* Effect.addFinalizer(() =>
+            Effect.gen(function*() {
+              inbox.accepting = false
+              if (inboxes.get(runId) === inbox) inboxes.delete(runId)
+              // Whoever still waits retries (their message, if written, is held in the log).
+              const busy = new RunBusy({ runId })
+              for (const q of inbox.queue.splice(0)) {
+                yield* Deferred.fail(q.written, busy)
+                yield* Deferred.fail(q.answered, busy)
+              }
+              for (const waiting of inbox.answers.values()) yield* Deferred.fail(waiting, busy)
+            })
+          )
         }
         if (started === undefined) {
           yield* start(current, snapshot, message)

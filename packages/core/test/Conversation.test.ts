@@ -334,3 +334,40 @@ describe("Replay of a conversation", () => {
       assert.strictEqual(diverged._tag, "ReplayDiverged")
     }))
 })
+
+describe("a message while a turn runs in this process", () => {
+  it.effect("is queued: written at the running turn's next step boundary (held), answered by its own turn after it; the running turn is not restarted", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const gate = yield* Deferred.make<void>()
+      const blocked = yield* Deferred.make<void>()
+      // Turn 1's second model call (step 4 of the conversation) waits for the gate.
+      const model = yield* ScriptedModel.make(desk(), {
+        onCall: (call) => (call.step === 4 ? Effect.zipRight(Deferred.succeed(blocked, undefined), Deferred.await(gate)) : Effect.void)
+      })
+      yield* sendWith(store, model, "chat", "m0", conversation[0]!)
+      const agent = agentWith()
+      const first = yield* Effect.fork(sendWith(store, model, "chat", "m1", conversation[1]!, agent))
+      yield* Deferred.await(blocked)
+      const second = yield* Effect.fork(sendWith(store, model, "chat", "m2", conversation[2]!, agent))
+      // Its claim is refused (turn 1 holds it) and it queues: on the memory store that is a few
+      // synchronous steps of the forked fiber, done within these yields.
+      for (let i = 0; i < 200; i++) yield* Effect.yieldNow()
+      yield* Deferred.succeed(gate, undefined)
+      const [r1, r2] = [yield* Fiber.join(first), yield* Fiber.join(second)]
+      assert.deepStrictEqual([r1.turn, r2.turn], [1, 2])
+      assert.strictEqual(r2.stopReason._tag === "Completed" ? r2.stopReason.answer : "", `Answer to "${conversation[2]}"`)
+      const log = yield* store.readLog(Ids.runId("chat"))
+      const m2 = log.userMessages.find((m) => m.messageId === "m2")!
+      const ended1 = log.turns.find((t) => t.turn === 1)!
+      assert.isBelow(m2.seq, ended1.seq, "written while turn 1 ran (held)")
+      assert.deepStrictEqual(log.turns.map((t) => t.turn), [0, 1, 2])
+      assert.strictEqual(log.resumes.length, 0, "nothing restarted")
+      // Turn 1's requests never held the queued message; turn 2's do.
+      const requests = (yield* model.requests).map((seen) => seen.request)
+      for (const request of requests) assertPaired(request.messages)
+      const withM2 = requests.filter((r) => userTexts(r).includes(conversation[2]!))
+      assert.isTrue(withM2.every((r) => lastUser(r.messages) === conversation[2]))
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    }))
+})

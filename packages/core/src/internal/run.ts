@@ -61,6 +61,8 @@ export interface Run {
   gate: Gate | undefined
   /** A conversation (design 0300): a turn ends with `TurnFinished`, never `RunFinished`. */
   readonly conversation: boolean
+  /** A conversation's queued and held messages (design 0300, decision 8). */
+  inbox: import("../Agent.js").Inbox | undefined
 }
 
 /**
