@@ -230,14 +230,9 @@ const normalize = (record: RunLog.RunRecord): unknown => {
     case "UserMessaged":
       delete value.at
       break
-    case "TurnFinished": {
-      delete value.finishedAt
-      const counters = value.counters as Record<string, unknown>
-      delete counters.elapsed
-      delete counters.resumedCount
-      break
-    }
+    case "TurnFinished":
     case "RunFinished": {
+      // A turn's end or the run's: when, and the time and resumes it took, differ by nature.
       delete value.finishedAt
       const counters = value.counters as Record<string, unknown>
       delete counters.elapsed
