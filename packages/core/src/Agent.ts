@@ -576,12 +576,22 @@ const hold = (
 ) => Effect.asVoid(appendMessage(run, log.userMessages.length + 1, message, inForce, snapshot))
 
 /**
- * Queues a message with the conversation running in this process under the same agent and
- * tools (decision 8): resolved once its turn ends; `undefined` when there is none to queue with.
+ * Queues a message with the conversation running in this process under the same configuration
+ * (the snapshot: agent, tools, parser) (decision 8): resolved once its turn ends; `undefined`
+ * when there is none to queue with.
  */
-const queueWith = (runId: RunId, given: RunRequest, message: SentMessage): Effect.Effect<RunResult, RunError> | undefined => {
+const queueWith = (
+  runId: RunId,
+  given: RunRequest,
+  message: SentMessage,
+  log: RunLog.RunLog,
+  parserId: string
+): Effect.Effect<RunResult, RunError> | undefined => {
   const inbox = inboxes.get(runId)
-  if (inbox === undefined || !inbox.accepting || inbox.agent !== given.agent || inbox.tools !== given.tools) return undefined
+  const started = Option.getOrUndefined(log.started)
+  if (inbox === undefined || !inbox.accepting || started?.conversation === undefined) return undefined
+  const parallel = given.agent.parallelToolCalls ?? Snapshot.parallelToolCallsOf(started.snapshot)
+  if (!Snapshot.matches(inbox.snapshotHash, snapshotOf({ ...given, task: started.task }, parserId, parallel))) return undefined
   return Effect.gen(function*() {
     const written = yield* Deferred.make<void, RunError>()
     const answered = yield* Deferred.make<RunResult, RunError>()
@@ -608,8 +618,8 @@ interface Queued {
 
 /** The messages queued with a conversation running in this process, and its held messages (written, their turns to come). */
 export interface Inbox {
-  readonly agent: AgentDefinition.AgentDefinition
-  readonly tools: ToolRegistry<unknown>
+  /** The configuration the running turns answer under: a message is queued only under the same one. */
+  readonly snapshotHash: string
   readonly queue: Array<Queued>
   readonly held: Array<RunLog.UserMessaged>
   readonly answers: Map<string, Deferred.Deferred<RunResult, RunError>>
@@ -825,7 +835,7 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
           if (answered !== undefined) return answered
           // A turn of this conversation runs in this process: the message waits for it (decision 8).
-          const queued = message === undefined ? undefined : queueWith(runId, given, message)
+          const queued = message === undefined ? undefined : queueWith(runId, given, message, log, parser.id)
           if (queued !== undefined) return yield* queued
           return yield* error
         }
@@ -902,8 +912,7 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
         if (conversation) {
           // Messages sent to this conversation from this process while it runs are queued here.
           const inbox: Inbox = {
-            agent: given.agent,
-            tools: given.tools,
+            snapshotHash: snapshot.hash,
             queue: [],
             held: [],
             answers: new Map(),

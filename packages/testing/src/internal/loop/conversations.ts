@@ -11,6 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
 import * as DecisionParser from "@polyloop/core/DecisionParser"
@@ -123,6 +124,32 @@ export const register = (ctx: SuiteContext): void => {
         assert.deepStrictEqual(log.replies.map((r) => r.requestHash), expected)
         assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1", "m2"])
         assert.strictEqual(log.resumes.length, 1)
+      }))
+
+    liveTest("a message while a turn runs in this process waits for it and is answered by the next turn; nothing restarts", (h) =>
+      Effect.gen(function*() {
+        const gate = yield* Deferred.make<void>()
+        const blocked = yield* Deferred.make<void>()
+        // Turn 1's second model call (the conversation's step 3) waits for the gate.
+        const model = yield* ScriptedModel.make(script, {
+          onCall: (c) => (c.step === 3 ? Effect.zipRight(Deferred.succeed(blocked, undefined), Deferred.await(gate)) : Effect.void)
+        })
+        yield* send(h.store, model, "m0", texts[0]!)
+        const first = yield* Effect.fork(send(h.store, model, "m1", texts[1]!))
+        yield* Deferred.await(blocked)
+        // Queued with the running turn — or, if that turn ends before this send reaches it (a
+        // store's reads take their time), refused with RunBusy and sent again, as a caller does.
+        const second = yield* Effect.fork(
+          send(h.store, model, "m2", texts[2]!).pipe(Effect.retry({ while: (e) => e._tag === "RunBusy", schedule: Schedule.spaced("20 millis"), times: 100 }))
+        )
+        yield* Effect.sleep("100 millis")
+        yield* Deferred.succeed(gate, undefined)
+        const results = [yield* Fiber.join(first), yield* Fiber.join(second)]
+        assert.deepStrictEqual(results.map((r) => r.turn), [1, 2])
+        const log = yield* h.log(Ids.runId("conversation-1"))
+        assert.deepStrictEqual(log.turns.map((t) => t.turn), [0, 1, 2])
+        assert.strictEqual(log.resumes.length, 0)
+        assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1", "m2"])
       }))
 
     liveTest("a new configuration between two turns is recorded on the message; within a turn it is refused", (h) =>
