@@ -581,13 +581,14 @@ const hold = (
  * when there is none to queue with.
  */
 const queueWith = (
+  store: RunLogStore.Service,
   runId: RunId,
   given: RunRequest,
   message: SentMessage,
   log: RunLog.RunLog,
   parserId: string
 ): Effect.Effect<RunResult, RunError> | undefined => {
-  const inbox = inboxes.get(runId)
+  const inbox = inboxesOf(store).get(runId)
   const started = Option.getOrUndefined(log.started)
   if (inbox === undefined || !inbox.accepting || started?.conversation === undefined) return undefined
   const parallel = given.agent.parallelToolCalls ?? Snapshot.parallelToolCallsOf(started.snapshot)
@@ -628,8 +629,14 @@ export interface Inbox {
   accepting: boolean
 }
 
-/** The conversations whose turns run in this process, by run id. */
-const inboxes = new Map<string, Inbox>()
+/** The conversations whose turns run in this process, by store and run id (two stores may hold one id). */
+const inboxes = new WeakMap<RunLogStore.Service, Map<string, Inbox>>()
+
+const inboxesOf = (store: RunLogStore.Service): Map<string, Inbox> => {
+  let byRun = inboxes.get(store)
+  if (byRun === undefined) inboxes.set(store, byRun = new Map())
+  return byRun
+}
 
 /** Writes the queued messages (held: their turns start when the current one ends) and acknowledges each. */
 const drain = (run: Run): Effect.Effect<void, Gate.LoopError> => {
@@ -835,7 +842,7 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
           if (answered !== undefined) return answered
           // A turn of this conversation runs in this process: the message waits for it (decision 8).
-          const queued = message === undefined ? undefined : queueWith(runId, given, message, log, parser.id)
+          const queued = message === undefined ? undefined : queueWith(store, runId, given, message, log, parser.id)
           if (queued !== undefined) return yield* queued
           return yield* error
         }
@@ -919,12 +926,12 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
             messages: log.userMessages.length,
             accepting: true
           }
-          inboxes.set(runId, inbox)
+          inboxesOf(store).set(runId, inbox)
           current.inbox = inbox
           yield* Effect.addFinalizer(() =>
             Effect.gen(function*() {
               inbox.accepting = false
-              if (inboxes.get(runId) === inbox) inboxes.delete(runId)
+              if (inboxesOf(store).get(runId) === inbox) inboxesOf(store).delete(runId)
               // Whoever still waits retries (their message, if written, is held in the log).
               const busy = new RunBusy({ runId })
               for (const q of inbox.queue.splice(0)) {
