@@ -25,7 +25,8 @@ export default defineConfig({
     setupFiles: ["./vitest.setup.ts"],
     // A private PostgreSQL server for the PostgreSQL tests (installed and started if needed,
     // stopped after the run); tests find it in process.env.POLYLOOP_TEST_PG_URL.
-    globalSetup: ["./test/support/pg-global-setup.ts"],
+    // And the code sandbox's Debian packages (bubblewrap, python3-dill), when missing.
+    globalSetup: ["./test/support/tools-global-setup.ts", "./test/support/pg-global-setup.ts"],
     // Generous: CI shares 2 cores between two test files that both start processes.
     testTimeout: 180_000,
     hookTimeout: 120_000,

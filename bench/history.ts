@@ -1,9 +1,11 @@
 /**
  * History policies (design 0300, issue 30): is a masking run's step cost flat along the run?
- * One 10,000-step run under `maskObservations({ keepLast: 5, every: 10 })` and one under the
- * default (keep everything), on the in-memory store, each tool answering ~1 kB. The wall time
+ * One 10,000-step run under `maskObservations({ keepLast: 5, every: 10 })`, one under that and
+ * `fitTokens({ window: 32000, headroom: 4000 })` (steps dropped in blocks, each a record), and
+ * one under the default (keep everything), on the in-memory store, each tool answering ~1 kB. The wall time
  * between consecutive `StepCompleted` events is taken around steps 10, 1,000 and 10,000
- * (medians of 40 steps); also the size of the last request (characters the model reads).
+ * (medians of 40 steps); also the size of the last and the largest request (characters the model
+ * reads) and, for the budget, the largest request's count (approximate tokens).
  *
  *   npx tsx --conditions=@polyloop/source bench/history.ts [--steps 10000] [--label <name>] [--out <file>]
  *
@@ -54,8 +56,10 @@ const modelFor = (sizes: Array<number>): ModelClient.ModelClient.Service => {
   return ModelClient.make((request) =>
     Effect.sync(() => {
       step++
-      if (step === steps) sizes.push(characters(request.messages))
-      return ModelReply.make({ text: "", toolCalls: [{ id: `c${step}`, name: "read_file", argumentsText: `{"n":${step}}` }], usage: { inputTokens: 1, outputTokens: 1 } })
+      // Every 100th request is measured (measuring is O(request)), and the last.
+      if (step % 100 === 0 || step === steps) sizes.push(characters(request.messages))
+      // No input count reported: a budget is counted, not calibrated by a count of another request.
+      return ModelReply.make({ text: "", toolCalls: [{ id: `c${step}`, name: "read_file", argumentsText: `{"n":${step}}` }], usage: { inputTokens: 0, outputTokens: 1 } })
     })
   )
 }
@@ -88,19 +92,26 @@ const runOnce = async (history: HistoryPolicy.HistoryPolicy | undefined) => {
     for (let i = from; i < from + 40 && i < times.length; i++) gaps.push((times[i]! - times[i - 1]!) * 1000)
     return round(median(gaps), 1)
   }
-  return { microsPerStepAt: { 10: around(10), 1000: around(1000), [steps]: around(steps) }, lastRequestCharacters: sizes[0] ?? 0 }
+  return {
+    microsPerStepAt: { 10: around(10), 1000: around(1000), [steps]: around(steps) },
+    lastRequestCharacters: sizes.at(-1) ?? 0,
+    largestRequestCharacters: Math.max(0, ...sizes)
+  }
 }
 
 const main = async () => {
   // Warm-up: one short run of each.
   const masking = HistoryPolicy.maskObservations({ keepLast: 5, every: 10 })
+  const budget = HistoryPolicy.compose(masking, HistoryPolicy.fitTokens({ window: 32_000, headroom: 4_000 }))
   const keepAll = await runOnce(undefined)
   const masked = await runOnce(masking)
+  const fitted = await runOnce(budget)
   const result = {
     at: new Date().toISOString(),
     machine: `${os.cpus().length} cores, load ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`,
     steps,
     masking: { policy: masking, ...masked, flatness: round(masked.microsPerStepAt[steps]! / masked.microsPerStepAt[10]!, 2) },
+    maskingAndBudget: { policy: budget, ...fitted, flatness: round(fitted.microsPerStepAt[steps]! / fitted.microsPerStepAt[10]!, 2) },
     keepAll: { ...keepAll, growth: round(keepAll.microsPerStepAt[steps]! / keepAll.microsPerStepAt[10]!, 2) }
   }
   const previous = fs.existsSync(out) ? (JSON.parse(fs.readFileSync(out, "utf8")) as Record<string, unknown>) : {}

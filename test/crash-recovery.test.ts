@@ -24,12 +24,14 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { RunId } from "@polyloop/core/Ids"
 import type * as Message from "@polyloop/core/Message"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as RunLogAudit from "@polyloop/core/RunLogAudit"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SyntheticObservations from "@polyloop/core/SyntheticObservations"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -45,6 +47,11 @@ const GROUP_MIN_KILLS = 30
 /** The multi-call test (design 0150): steps of three calls each, kills at least. */
 const MULTI_STEPS = 40
 const MULTI_MIN_KILLS = 50
+/** The history test (issue 30, design 0300): steps of a masking, summarising, budgeted run; kills at least. */
+const HISTORY_STEPS = 40
+const HISTORY_MIN_KILLS = 30
+/** The conversation test (issue 31): kills at least, over `Scenario.chatTurns` turns. */
+const CHAT_MIN_KILLS = 50
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-crash-"))),
@@ -633,6 +640,98 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
           )
         }
         assert.isAbove(resumes, 0)
+      })
+    ), 900_000)
+
+  it.live(`a masking, summarising, budgeted run killed at random moments (≥ ${HISTORY_MIN_KILLS} kills): every request is the unkilled run's, byte for byte; a summary is asked for again only when a kill fell inside it`, () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
+        console.log(`crash-recovery (history policies): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
+        const random = prng(seed)
+        const historyArgs = (files: Files) => [files.db, files.side, files.history, String(HISTORY_STEPS), "history"]
+        const summariserCalls = (files: Files) => Scenario.readExecutions(files.side).filter((e) => e.tool === "summariser")
+
+        const reference = filesIn(dir, "history-reference")
+        const plain = yield* runArgsToEnd(historyArgs(reference))
+        const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / HISTORY_STEPS)
+        const ref = yield* readBack(reference.db)
+        const summaries = ref.log.compactions.filter((c) => c.summary !== undefined)
+        assert.isAbove(summaries.length, 1)
+        assert.isAbove(ref.log.compactions.length, summaries.length, "the budget dropped steps too")
+        assert.strictEqual(summariserCalls(reference).length, summaries.length)
+
+        // After each kill: was the summariser's call the last thing the life did, its summary not recorded?
+        const inside = new Map<string, number>()
+        const afterKill = (files: Files) =>
+          Effect.runPromise(readBack(files.db)).then((got) => {
+            const last = Scenario.readExecutions(files.side).at(-1)
+            if (last?.tool === "summariser" && !got.log.compactions.some((c) => c.step === last.step && c.summary !== undefined)) {
+              inside.set(files.db, (inside.get(files.db) ?? 0) + 1)
+            }
+          })
+        const { kills, lives, rounds } = yield* killInRounds((round) => filesIn(dir, `history-${round}`), historyArgs, random, stepMillis, HISTORY_MIN_KILLS, 8, afterKill)
+        assert.isAtLeast(kills, HISTORY_MIN_KILLS, `only ${kills} kills over ${lives} lives in ${rounds.length} rounds`)
+        const noSeq = (records: ReadonlyArray<RunLog.HistoryCompacted>) => records.map(({ seq: _, ...rest }) => rest)
+        for (const [i, round] of rounds.entries()) {
+          const got = yield* readBack(round.files.db)
+          assert.isTrue(Option.isSome(got.log.finished))
+          assert.deepStrictEqual(RunLogAudit.logProblems(got.log), [])
+          // Every request the model was sent is the unkilled run's (its fingerprint, SHA-256).
+          assert.deepStrictEqual(got.log.replies.map((r) => r.requestHash), ref.log.replies.map((r) => r.requestHash), `round ${i}`)
+          assert.deepStrictEqual(noSeq(got.log.compactions), noSeq(ref.log.compactions), `round ${i}: the same compactions`)
+          const calls = summariserCalls(round.files).length
+          const killedInside = inside.get(round.files.db) ?? 0
+          assert.strictEqual(calls, summaries.length + killedInside, `round ${i}: summariser calls`)
+          console.log(
+            `crash-recovery (history policies): round ${i}: ${round.delays.length} kills over ${round.lives} lives, ${got.log.resumes.length} resumes, ${got.log.compactions.length} compactions (${summaries.length} summaries), ${calls} summariser calls (${killedInside} kills inside one); kill delays: ${round.delays.join(" ")}`
+          )
+        }
+      })
+    ), 900_000)
+
+  it.live(`a conversation of ${Scenario.chatTurns} turns killed at random moments (≥ ${CHAT_MIN_KILLS} kills, inside turns and between a message's write and its turn): no message lost or doubled, no "Never" call twice, the same turns as the conversation never killed`, () =>
+    Effect.scoped(
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
+        console.log(`crash-recovery (conversation): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
+        const random = prng(seed)
+        const chatArgs = (files: Files) => [files.db, files.side, files.history, "0", "chat"]
+        const reference = filesIn(dir, "chat-reference")
+        const plain = yield* runArgsToEnd(chatArgs(reference))
+        const ref = yield* readBack(reference.db)
+        const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / ref.log.steps.length)
+        assert.strictEqual(ref.log.turns.length, Scenario.chatTurns)
+        // Kills in the short window between a message's write and its turn's first step are
+        // counted: the life after one finds the message written and its turn not started.
+        let betweenWriteAndTurn = 0
+        const afterKill = (files: Files) =>
+          Effect.runPromise(readBack(files.db)).then((got) => {
+            const last = RunLog.records(got.log).at(-1)
+            if (last?._tag === "UserMessaged") betweenWriteAndTurn++
+          })
+        const { kills, lives, rounds } = yield* killInRounds((round) => filesIn(dir, `chat-${round}`), chatArgs, random, stepMillis, CHAT_MIN_KILLS, 8, afterKill)
+        assert.isAtLeast(kills, CHAT_MIN_KILLS, `only ${kills} kills over ${lives} lives in ${rounds.length} rounds`)
+        for (const [i, round] of rounds.entries()) {
+          const got = yield* readBack(round.files.db)
+          assert.deepStrictEqual(RunLogAudit.logProblems(got.log), [])
+          // Every message once, in order; every turn finished; the same replies turn by turn.
+          assert.deepStrictEqual(got.log.userMessages.map((m) => [m.turn, m.messageId, m.text]), ref.log.userMessages.map((m) => [m.turn, m.messageId, m.text]))
+          assert.deepStrictEqual(got.log.turns.map((t) => [t.turn, t.atStep, t.stopReason]), ref.log.turns.map((t) => [t.turn, t.atStep, t.stopReason]))
+          assert.deepStrictEqual(got.log.replies.map((r) => r.reply), ref.log.replies.map((r) => r.reply))
+          // No "Never" call ran twice; nothing ran before its reply was durable.
+          const runs = Scenario.readExecutions(round.files.side)
+          for (const e of runs) {
+            if (e.replay === "Never") assert.strictEqual(runs.filter((x) => x.step === e.step && x.callId === e.callId).length, 1, `${e.callId} ran twice`)
+            assert.isTrue(got.log.replies.some((r) => r.step === e.step && r.reply.toolCalls.some((c) => c.id === e.callId)), `${e.tool} at step ${e.step} ran without its reply logged`)
+          }
+          console.log(
+            `crash-recovery (conversation): round ${i}: ${round.delays.length} kills over ${round.lives} lives (step ≈ ${stepMillis.toFixed(1)} ms), ${got.log.resumes.length} resumes, ${got.log.turns.length} turns; kill delays: ${round.delays.join(" ")}`
+          )
+        }
+        console.log(`crash-recovery (conversation): ${betweenWriteAndTurn} kills fell between a message's write and its turn`)
       })
     ), 900_000)
 

@@ -86,7 +86,7 @@ describe("examples", () => {
     assert.match(out, /no tool ran twice: Completed\(Tool\) after 8 steps, resumed 1×/)
   })
 
-  it("long-run.ts: masking keeps a 1.6 MB run's requests small, the log in full, and a resumed run's requests identical", async () => {
+  it("long-run.ts: masking keeps a 1.6 MB run's requests small, a budget bounds them, the log in full, and a resumed run's requests identical", async () => {
     const result = await example("long-run.ts")
     assert.strictEqual(result.code, 0, `${result.stdout}\n${result.stderr}`)
     const out = result.stdout
@@ -96,6 +96,11 @@ describe("examples", () => {
     assert.isAbove(logged, 1_600_000)
     assert.isAbove(all, logged)
     assert.isBelow(masked, all / 10)
+    const budgeted = /largest request, masking \+ budget: +(\d+) characters, (\d+) tokens \(budget 14000\); (\d+) compactions recorded/.exec(out)
+    assert.isNotNull(budgeted, out)
+    assert.isBelow(Number(budgeted![1]), masked)
+    assert.isAtMost(Number(budgeted![2]), 14_000)
+    assert.isAbove(Number(budgeted![3]), 0)
     assert.match(out, /an older file as the model sees it: \[output of read_log omitted: 128 lines, \d+ characters\]/)
     assert.match(out, /resumed 1 time\(s\), 201 steps: every request identical to the uninterrupted run's: true/)
     assert.match(out, /answer: All 200 logs read: every worker is ok\./)

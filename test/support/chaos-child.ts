@@ -214,6 +214,7 @@ const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogS
       write(`approvals ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendApprovals(runId, records)),
     appendCompaction: (runId, record) =>
       write(`compaction ${record.step}`, record.seq, record.seq, record._tag, store.appendCompaction(runId, record)),
+    appendTurn: (runId, record) => write(`turn ${record.turn}`, record.seq, record.seq, record._tag, store.appendTurn(runId, record)),
     claim: (runId) =>
       point("before claim").pipe(
         Effect.zipRight(store.claim(runId)),

@@ -2,7 +2,7 @@
  * Child process of the crash-recovery test: runs (or resumes) the scripted agent of
  * `crash-scenario.ts` on a SQLite file, with `Agent.run`, until the run finishes.
  *
- *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi]
+ *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi | history | chat]
  *
  * Prints `ready` once the store is open, `running` once the run is started or resumed (its
  * `RunStarted`/`RunResumed` record is durable), `finished <RunResult JSON>` at the end, or
@@ -14,7 +14,10 @@
  * `runs=<k>`, k runs of the scenario (`Scenario.runOf(i)`) run at once on the one store, so
  * their appends are group-committed; `running` is printed as each starts or resumes, and no
  * history file is written. With `multi`, the run's replies call three tools each
- * (`Scenario.multiScript`, design 0150).
+ * (`Scenario.multiScript`, design 0150). With `history`, the run reads long files under masking,
+ * summaries and a token budget (`Scenario.historyAgent`, design 0300); its summariser writes to
+ * the side file too. With `chat`, the conversation of `Scenario.chatTurns` turns is sent message by
+ * message (`Agent.send`, each retried by the next life: the message ids make it safe).
  *
  * With `POLYLOOP_CRASH_HOLD=before-finish` in the environment, a life never ends its run: where
  * it would write `RunFinished` it prints `holding before finish` and stops for good, so the parent
@@ -23,6 +26,7 @@
 import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
 import * as EventSink from "@polyloop/core/EventSink"
+import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import type * as Ids from "@polyloop/core/Ids"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
@@ -35,7 +39,7 @@ import * as Scenario from "./crash-scenario.js"
 
 const [db, sideFile, historyFile, stepsText, mode] = process.argv.slice(2)
 if (db === undefined || sideFile === undefined || historyFile === undefined || stepsText === undefined) {
-  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi]\n")
+  process.stderr.write("usage: crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi | history | chat]\n")
   process.exit(2)
 }
 const steps = Number(stepsText)
@@ -60,7 +64,15 @@ const holding = Layer.effect(
   RunLogStore.RunLogStore,
   Effect.map(RunLogStore.RunLogStore, (store): RunLogStore.RunLogStore.Service =>
     process.env["POLYLOOP_CRASH_HOLD"] === "before-finish"
-      ? { ...store, finish: () => Effect.zipRight(Effect.sync(() => process.stdout.write("holding before finish\n")), Effect.never) }
+      ? {
+        ...store,
+        finish: () => Effect.zipRight(Effect.sync(() => process.stdout.write("holding before finish\n")), Effect.never),
+        // A conversation ends its last turn, not the run.
+        appendTurn: (runId, record) =>
+          record._tag === "TurnFinished" && record.turn === Scenario.chatTurns - 1
+            ? Effect.zipRight(Effect.sync(() => process.stdout.write("holding before finish\n")), Effect.never)
+            : store.appendTurn(runId, record)
+      }
       : store)
 )
 
@@ -70,16 +82,19 @@ const runCount = runsMatch === null ? 1 : Number(runsMatch[1])
 
 const runOne = (runId: Ids.RunId, onCall: ScriptedModel.Options["onCall"]) =>
   Effect.gen(function*() {
-    const model = yield* ScriptedModel.make(mode === "multi" ? Scenario.multiScript(steps) : Scenario.script(steps), {
+    const history = mode === "history"
+    const model = yield* ScriptedModel.make(mode === "multi" ? Scenario.multiScript(steps) : history ? Scenario.historyScript(steps) : Scenario.script(steps), {
       latency: "2 millis",
       ...(onCall === undefined ? {} : { onCall })
     })
-    const tools = Scenario.tools(sideFile, "4 millis")
+    const tools = history ? Scenario.historyTools(sideFile, "4 millis") : Scenario.tools(sideFile, "4 millis")
     const executor = yield* Effect.orDie(tools.executor())
-    return yield* Agent.run({ runId, agent: Scenario.agent(steps), task: Scenario.task, tools }).pipe(
+    const summariser = yield* Scenario.historySummariser(sideFile)
+    return yield* Agent.run({ runId, agent: history ? Scenario.historyAgent(steps) : Scenario.agent(steps), task: Scenario.task, tools }).pipe(
       Effect.provide(
         Layer.mergeAll(
           model.layer,
+          Layer.succeed(HistoryPolicy.Summariser, summariser.client),
           ActionExecutor.layer(executor),
           NativeToolCallParser.layer({ onText: "NoAction" }),
           EventSink.layer((event) =>
@@ -92,8 +107,38 @@ const runOne = (runId: Ids.RunId, onCall: ScriptedModel.Options["onCall"]) =>
     )
   })
 
+/** `chat`: the conversation of `Scenario.chatTurns` messages, each sent (again) until its turn is answered. */
+const chat = Effect.gen(function*() {
+  const model = yield* ScriptedModel.make(Scenario.chatScript, { latency: "2 millis" })
+  const tools = Scenario.tools(sideFile, "4 millis")
+  const executor = yield* Effect.orDie(tools.executor())
+  let last: unknown
+  for (let i = 0; i < Scenario.chatTurns; i++) {
+    last = yield* Agent.send({ runId: Scenario.runId, messageId: `m${i}`, text: Scenario.chatMessage(i), agent: Scenario.chatAgent, tools }).pipe(
+      Effect.provide(
+        Layer.mergeAll(
+          model.layer,
+          ActionExecutor.layer(executor),
+          NativeToolCallParser.layer({ onText: "NoAction" }),
+          EventSink.layer((event) =>
+            Effect.sync(() => {
+              if (event._tag === "RunStarted" || event._tag === "RunResumed" || event._tag === "TurnStarted") process.stdout.write("running\n")
+            })
+          )
+        )
+      )
+    )
+  }
+  return last
+})
+
 const program = Effect.gen(function*() {
   yield* Effect.sync(() => process.stdout.write("ready\n"))
+  if (mode === "chat") {
+    const result = yield* chat
+    yield* Effect.sync(() => process.stdout.write(`finished ${JSON.stringify(result)}\n`))
+    return
+  }
   if (runCount === 1) {
     const result = yield* runOne(Scenario.runId, (_call, request) => saveHistory(request.messages))
     yield* Effect.sync(() => process.stdout.write(`finished ${JSON.stringify(result)}\n`))

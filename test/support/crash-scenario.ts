@@ -9,6 +9,7 @@
  * before the handler returns), so the parent can count how often each call really ran.
  */
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as Ids from "@polyloop/core/Ids"
 import type * as ModelReply from "@polyloop/core/ModelReply"
 import * as Tool from "@polyloop/core/Tool"
@@ -158,3 +159,111 @@ export const readExecutions = (sideFile: string): ReadonlyArray<Execution> => {
   if (!fs.existsSync(sideFile)) return []
   return fs.readFileSync(sideFile, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as Execution)
 }
+
+/**
+ * The history run (issue 30, design 0300): a `read` tool whose observations (~3 kB each) outgrow
+ * the budget, under masking, summaries and a token budget at once, and `submit` at the end. The
+ * summariser appends each of its calls to the side file (`tool: "summariser"`) so the parent can
+ * count how often a summary was asked for.
+ */
+export const historyReplyOf = (i: number, steps: number): ModelReply.ModelReply =>
+  i === steps - 1
+    ? ScriptedModel.toolCall("submit", { answer: `done after ${steps} steps` }, { usage: unreported })
+    : ScriptedModel.toolCall("read", { path: `notes/${i}.txt` }, { usage: unreported })
+
+/** No input count reported (the budget is counted, not calibrated: the script's replies are not of the requests). */
+const unreported = { inputTokens: 0, outputTokens: 3 } as const
+
+/** The script of the history run. */
+export const historyScript = (steps: number): ReadonlyArray<ModelReply.ModelReply> => Array.from({ length: steps }, (_, i) => historyReplyOf(i, steps))
+
+/** The history run's policy: masking, a summary past 3,000 tokens (keeping 4 steps), a 3,300-token budget. */
+export const historyPolicy = HistoryPolicy.compose(
+  HistoryPolicy.maskObservations({ keepLast: 3, every: 3 }),
+  HistoryPolicy.summarise({ triggerTokens: 3_000, keepLast: 4 }),
+  HistoryPolicy.fitTokens({ window: 3_600, headroom: 300 })
+)
+
+/** The history run's agent. */
+export const historyAgent = (steps: number): AgentDefinition.AgentDefinition =>
+  AgentDefinition.make({
+    name: "crash-agent",
+    systemPrompt: "You are a durable agent. Use the tools.",
+    budget: { maxSteps: steps + 5 },
+    modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) },
+    history: historyPolicy
+  })
+
+/** The history run's tools: `read` (`"Always"`, a long text per path) and `submit`. */
+export const historyTools = (sideFile: string, work: Duration.DurationInput) => {
+  const record = (tool: string) =>
+    Effect.gen(function*() {
+      const ctx = yield* ToolContext.ToolContext
+      const line: Execution = { runId: ctx.runId, tool, step: ctx.step, callId: ctx.callId, replay: "Always", pid: process.pid }
+      yield* Effect.sync(() => appendWhole(sideFile, JSON.stringify(line) + "\n"))
+      yield* Effect.sleep(work)
+    })
+  const read = Tool.make({
+    name: "read",
+    description: "Reads a file (safe to repeat).",
+    parameters: Schema.Struct({ path: Schema.String }),
+    replayPolicy: "Always",
+    handler: (args: { readonly path: string }) =>
+      Effect.as(record("read"), Array.from({ length: 60 }, (_, k) => `${args.path}:${k} the quick brown fox jumps over the lazy dog`).join("\n"))
+  })
+  const submit = Tool.make({
+    name: "submit",
+    description: "Submits the answer and ends the run.",
+    parameters: Schema.Struct({ answer: Schema.String }),
+    replayPolicy: "Always",
+    completesRun: true,
+    handler: (args: { readonly answer: string }) => Effect.as(record("submit"), `submitted: ${args.answer}`)
+  })
+  return ToolRegistry.make(read, submit)
+}
+
+/** The history run's summariser: a deterministic summary; each call appended to the side file first. */
+export const historySummariser = (sideFile: string) =>
+  ScriptedModel.make(
+    (request, call) => ScriptedModel.text(`summary at step ${call.step} of ${request.messages[1]!.text.length} characters`, { inputTokens: 300, outputTokens: 12 }),
+    {
+      onCall: (call) =>
+        Effect.sync(() =>
+          appendWhole(sideFile, JSON.stringify({ runId: String(runId), tool: "summariser", step: call.step, callId: "", replay: "Never", pid: process.pid } satisfies Execution) + "\n")
+        )
+    }
+  )
+
+/** The conversation run (issue 31): turns sent one after another, each writing, echoing, writing, then answering. */
+export const chatTurns = 5
+
+/** The text of turn `i`'s message. */
+export const chatMessage = (i: number): string => `turn ${i}: write and echo, then answer`
+
+/** The model of the conversation run: its replies follow from the turn's message and the steps since it. */
+export const chatScript: ScriptedModel.Script = (request) => {
+  const messages = request.messages
+  let at = messages.length - 1
+  while (at > 0 && !(messages[at]!._tag === "User" && messages[at]!.text.startsWith("turn "))) at--
+  const turn = Number(/^turn (\d+)/.exec(messages[at]?.text ?? "")?.[1] ?? 0)
+  let since = 0
+  for (let i = at + 1; i < messages.length; i++) if (messages[i]!._tag === "Assistant") since++
+  switch (since) {
+    case 0:
+      return ScriptedModel.toolCall("write", { key: `t${turn}a`, value: `v${turn}` }, { usage })
+    case 1:
+      return ScriptedModel.toolCall("echo", { text: `e${turn}` }, { usage })
+    case 2:
+      return ScriptedModel.toolCall("write", { key: `t${turn}b`, value: `w${turn}` }, { usage })
+    default:
+      return ScriptedModel.text(`done with turn ${turn}`, usage)
+  }
+}
+
+/** The conversation run's agent: a budget per turn. */
+export const chatAgent = AgentDefinition.make({
+  name: "crash-chat",
+  systemPrompt: "You are a durable conversational agent. Use the tools.",
+  budget: { maxSteps: 6 },
+  modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) }
+})

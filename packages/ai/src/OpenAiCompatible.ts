@@ -171,7 +171,9 @@ export type WireMessage =
   | {
     readonly role: "assistant"
     readonly content: string | null
-    readonly tool_calls?: ReadonlyArray<{
+    // Not readonly: the `openai` package's `ChatCompletionMessageParam` takes a mutable array, and
+    // the conversation tests check that every message polyloop sends is one.
+    readonly tool_calls?: Array<{
       readonly id: string
       readonly type: "function"
       readonly function: { readonly name: string; readonly arguments: string }

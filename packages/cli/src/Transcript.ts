@@ -12,6 +12,7 @@ import type { RunId } from "@polyloop/core/Ids"
 import type * as ModelReply from "@polyloop/core/ModelReply"
 import { totalTokens } from "@polyloop/core/ModelReply"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as LogFile from "@polyloop/core/LogFile"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
@@ -52,6 +53,11 @@ export interface Transcript {
   readonly resumes: ReadonlyArray<RunLog.RunResumed>
   /** Approval requests and decisions, in write order (design 0160). */
   readonly approvals: ReadonlyArray<RunLog.ApprovalRecord>
+  /** History compactions (design 0300), in write order. */
+  readonly compactions: ReadonlyArray<RunLog.HistoryCompacted>
+  /** A conversation's messages after its task, and its finished turns (design 0300). */
+  readonly userMessages: ReadonlyArray<RunLog.UserMessaged>
+  readonly turns: ReadonlyArray<RunLog.TurnFinished>
   /** The calls waiting for a person's decision (a suspended run). */
   readonly waiting: ReadonlyArray<Approval.Waiting>
   readonly finished: Option.Option<RunLog.RunFinished>
@@ -96,6 +102,9 @@ export const fromLog = (log: RunLog.RunLog): Option.Option<Transcript> =>
         steps,
         resumes: log.resumes,
         approvals: log.approvals,
+        compactions: log.compactions,
+        userMessages: log.userMessages,
+        turns: log.turns,
         waiting: Approval.waiting(log),
         finished: log.finished
       }
@@ -146,6 +155,18 @@ const usageFacts = (usage: ModelReply.Usage): string =>
 
 const block = (style: Style, name: string, text: string): string => `  ${label(style, name)}${Format.indent(text === "" ? style.dim("(empty)") : text, 15)}`
 
+/** What a step's request held of the history (design 0300): `steps 0–4 summarised · 5–9 masked · 10–11 verbatim`. */
+const stepRange = (from: number, to: number) => (from === to - 1 ? `${from}` : `${from}–${to - 1}`)
+
+const sentFacts = (view: HistoryPolicy.SentView, step: number): string => {
+  const range = stepRange
+  const parts: Array<string> = []
+  if (view.replacedBefore > 0) parts.push(`steps ${range(0, view.replacedBefore)} ${view.compaction?.summarised === true ? "summarised" : "dropped"}`)
+  if (view.maskedBefore > view.replacedBefore) parts.push(`${range(view.replacedBefore, view.maskedBefore)} observations masked`)
+  if (step > view.maskedBefore) parts.push(`${range(view.maskedBefore, step)} verbatim`)
+  return parts.length === 0 ? "the task only" : parts.join(" · ")
+}
+
 /** The transcript as text. */
 export const render = (style: Style, transcript: Transcript): string => {
   const { started, summary } = transcript
@@ -162,13 +183,33 @@ export const render = (style: Style, transcript: Transcript): string => {
     const changed = parent.differences.length === 0 ? "same configuration" : `changed: ${parent.differences.map((d) => d.path).join(", ")}`
     lines.push(`  ${label(style, "forked from")}${style.bold(parent.runId)} at step ${parent.step} (${changed})`)
   }
+  const policy = Option.getOrUndefined(Option.flatMap(transcript.snapshot, (snapshot) => Option.fromNullable(snapshot.agent.history)))
+  if (policy !== undefined && policy._tag !== "KeepAll") lines.push(`  ${label(style, "history")}${HistoryPolicy.describe(policy)}`)
   lines.push(`  ${label(style, "budget used")}${Format.budgetUsed({ ...summary, elapsed: summary.elapsed }, budget)}`)
   if (Option.isSome(answer)) lines.push(`  ${label(style, "answer")}${Format.indent(answer.value, 15)}`)
   Option.map(Option.flatMap(summary.stopReason, (r) => (r._tag === "EnvError" ? Option.some(r.message) : Option.none())), (message) =>
     lines.push(`  ${label(style, "env error")}${style.red(message)}`))
 
   const resumesAt = (step: number) => transcript.resumes.filter((resume) => resume.fromStep === step)
+  // A conversation (design 0300): each turn's message where its turn starts, each turn's end after its last step.
+  const conversation = started.conversation !== undefined
+  const turnEnd = (turn: RunLog.TurnFinished) =>
+    `  ${style.dim(`turn ${turn.turn} ended: ${StopReason.format(turn.stopReason)} after ${turn.counters.steps} steps, ${totalTokens(turn.counters.usage)} tokens`)}`
+  const messageAt = (step: number) =>
+    transcript.userMessages.filter((m) => transcript.turns.some((t) => t.turn === m.turn - 1 && t.atStep === step))
+  const printTurnsAt = (step: number) => {
+    if (!conversation) return
+    for (const ended of transcript.turns.filter((t) => t.atStep === step)) {
+      lines.push(turnEnd(ended))
+      for (const m of messageAt(step).filter((m) => m.turn === ended.turn + 1)) {
+        const drift = m.differences === undefined || m.differences.length === 0 ? "" : style.dim(`  (configuration changed: ${m.differences.map((d) => d.path).join(", ")})`)
+        lines.push("", `${style.bold(`turn ${m.turn}`)}  ${style.dim(`message ${m.messageId}, ${Format.time(m.at)}`)}${drift}`, block(style, "user", m.text))
+      }
+    }
+  }
+  if (conversation) lines.push("", `${style.bold("turn 0")}  ${style.dim(`message ${started.conversation!.messageId}`)}`, block(style, "user", started.task))
   for (const step of transcript.steps) {
+    if (step.step > 0) printTurnsAt(step.step)
     for (const resume of resumesAt(step.step)) {
       lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
     }
@@ -181,6 +222,14 @@ export const render = (style: Style, transcript: Transcript): string => {
       finishReason === undefined ? undefined : `finish ${finishReason}${rawFinishReason === undefined ? "" : ` (${rawFinishReason})`}`
     ].filter((fact) => fact !== undefined)
     lines.push("", `${style.bold(`step ${step.step}`)}  ${style.dim(facts.join(" · "))}`)
+    if (policy !== undefined && policy._tag !== "KeepAll") {
+      for (const c of transcript.compactions.filter((c) => c.step === step.step)) {
+        const what = c.summary !== undefined ? "summarised" : "dropped"
+        lines.push(block(style, "compacted", `${style.magenta(`steps ${stepRange(0, c.toStep)} ${what}`)} before this request (${c.reason}: ${c.requestTokens} tokens counted)`))
+        if (c.summary !== undefined) lines.push(block(style, "summary", c.summary))
+      }
+      lines.push(block(style, "sent", sentFacts(HistoryPolicy.sentView(policy, transcript.compactions, step.step), step.step)))
+    }
     if (step.reply !== undefined) {
       const reply = step.reply.reply
       if (reply.reasoning !== undefined) lines.push(block(style, "reasoning", reply.reasoning))
@@ -229,13 +278,19 @@ export const render = (style: Style, transcript: Transcript): string => {
       decision.actions.forEach((action, i) => lines.push(block(style, several ? `action ${i + 1}` : "action", Format.action(action, 10_000))))
     }
   }
+  printTurnsAt(transcript.steps.length)
+  const held = transcript.userMessages.filter((m) => !transcript.turns.some((t) => t.turn === m.turn - 1))
+  for (const m of held) lines.push("", `${style.yellow(`held: turn ${m.turn}'s message, waiting for the turn before it`)}`, block(style, "user", m.text))
   for (const resume of transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))) {
     lines.push("", style.magenta(`↻ resumed at step ${resume.fromStep} (${Format.time(resume.at)})`))
   }
   lines.push("")
   lines.push(
     Option.match(transcript.finished, {
-      onNone: () => style.yellow(`unfinished after ${summary.steps} steps: resume it with Agent.run on the same run id (or polyloop demo --run ${transcript.runId} for a demo run)`),
+      onNone: () =>
+        conversation
+          ? style.dim(`a conversation of ${transcript.turns.length} finished turn(s) and ${summary.steps} steps: Agent.send continues it`)
+          : style.yellow(`unfinished after ${summary.steps} steps: resume it with Agent.run on the same run id (or polyloop demo --run ${transcript.runId} for a demo run)`),
       onSome: (finished) =>
         `${style.bold("finished")} ${Format.time(finished.finishedAt)}: ${StopReason.format(finished.stopReason)} after ${finished.counters.steps} steps (${finished.counters.effectiveSteps} effective), ` +
         `${totalTokens(finished.counters.usage)} tokens, ${Format.duration(finished.counters.elapsed)} of step time`
@@ -256,9 +311,38 @@ const encodeWaiting = Schema.encodeSync(Approval.Waiting)
  * logged (canonical JSON value, whatever version wrote it), `budget` its budget (null when the
  * snapshot does not decode with this version) and `used` what the run has used of it.
  */
+/**
+ * Per step, under a history policy (design 0300): what its request held (`sent`), and from which
+ * step on its own answers were masked and the step replaced (dropped or summarised) in the
+ * requests — the boundaries only grow, so one pass finds them. `undefined` for keep-everything.
+ */
+const historyOf = (transcript: Transcript): ReadonlyArray<unknown> | undefined => {
+  const policy = Option.getOrUndefined(Option.flatMap(transcript.snapshot, (snapshot) => Option.fromNullable(snapshot.agent.history)))
+  if (policy === undefined || policy._tag === "KeepAll") return undefined
+  const steps = transcript.steps.map((step) => step.step)
+  const last = steps.length === 0 ? 0 : Math.max(...steps)
+  const views = Array.from({ length: last + 1 }, (_, s) => HistoryPolicy.sentView(policy, transcript.compactions, s))
+  const maskedFrom: Array<number | null> = []
+  const replacedFrom: Array<number | null> = []
+  let m = 0
+  let r = 0
+  for (let k = 0; k <= last; k++) {
+    while (m <= last && views[m]!.maskedBefore <= k) m++
+    while (r <= last && views[r]!.replacedBefore <= k) r++
+    maskedFrom.push(m <= last && (r > last || m < r) ? m : null)
+    replacedFrom.push(r <= last ? r : null)
+  }
+  return views.map((view, s) => ({
+    sent: { replacedBefore: view.replacedBefore, summarised: view.compaction?.summarised ?? false, maskedBefore: view.maskedBefore },
+    maskedFrom: maskedFrom[s] ?? null,
+    replacedFrom: replacedFrom[s] ?? null
+  }))
+}
+
 export const toJson = (transcript: Transcript): unknown => {
   const budget = budgetOf(transcript)
   const summary = transcript.summary
+  const history = historyOf(transcript)
   return {
     runId: transcript.runId,
     summary: encodeSummary(summary),
@@ -282,8 +366,16 @@ export const toJson = (transcript: Transcript): unknown => {
       /** The first result (the only one of a one-action step), for readers of the shape before design 0150. */
       result: step.results.length === 0 ? null : encodeRecord(step.results[0]!),
       completion: step.completed === undefined ? null : encodeRecord(step.completed),
-      tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage)
+      tokens: step.reply === undefined ? null : encodeUsage(step.reply.reply.usage),
+      /** What the step's request held of the history, and when its answers were masked or replaced (design 0300); null: keep everything. */
+      history: history?.[step.step] ?? null
     })),
+    /** History compactions (design 0300), in write order. */
+    compactions: transcript.compactions.map((record) => encodeRecord(record)),
+    /** A conversation's task message id, its later messages and its finished turns (design 0300); empty for a single-task run. */
+    conversation: transcript.started.conversation === undefined ? null : transcript.started.conversation,
+    userMessages: transcript.userMessages.map((record) => encodeRecord(record)),
+    turns: transcript.turns.map((record) => encodeRecord(record)),
     finished: Option.getOrNull(Option.map(transcript.finished, encodeRecord))
   }
 }

@@ -284,6 +284,10 @@ const renderResult = (result, step, replayPolicyOf, label) => {
   }
   if (result.handlerFailed) notes.push("the handler failed")
   if (outcome.envReportedCompletion) notes.push("the environment reported completion")
+  const history = step.history
+  const sentAs = []
+  if (history && history.maskedFrom !== null) sentAs.push(el("span", { class: "badge masked", title: "the log keeps it in full" }, `masked from step ${history.maskedFrom}`))
+  if (history && history.replacedFrom !== null) sentAs.push(el("span", { class: "badge masked", title: "the log keeps it in full" }, `not sent from step ${history.replacedFrom}`))
   const parts = [
     row(label, el("ul", { class: "actions" }, renderAction(result.action))),
     row("status", el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status), notes.map((n) => el("span", { class: "note" }, n))),
@@ -291,6 +295,7 @@ const renderResult = (result, step, replayPolicyOf, label) => {
       "observation",
       outcome.observationIsSynthetic ? el("span", { class: "badge synthetic", title: "written by the library, not by the executor" }, "synthetic") : null,
       outcome.observationTruncatedChars > 0 ? el("span", { class: "note" }, `${outcome.observationTruncatedChars} characters cut`) : null,
+      sentAs,
       pre(outcome.observation, { class: "observation" })
     )
   ]
@@ -306,6 +311,17 @@ const renderResult = (result, step, replayPolicyOf, label) => {
   return parts
 }
 
+const stepRange = (from, to) => (from === to - 1 ? `${from}` : `${from}–${to - 1}`)
+
+/** `steps 0–11 summarised · 12–15 observations masked · 16–18 verbatim`, as `polyloop show` says it. */
+const sentText = (sent, step) => {
+  const parts = []
+  if (sent.replacedBefore > 0) parts.push(`steps ${stepRange(0, sent.replacedBefore)} ${sent.summarised ? "summarised" : "dropped"}`)
+  if (sent.maskedBefore > sent.replacedBefore) parts.push(`${stepRange(sent.replacedBefore, sent.maskedBefore)} observations masked`)
+  if (step > sent.maskedBefore) parts.push(`${stepRange(sent.maskedBefore, step)} verbatim`)
+  return parts.length === 0 ? "the task only" : parts.join(" · ")
+}
+
 const renderStep = (step, context) => {
   const results = resultsOf(step)
   const worst = ["EnvError", "NotExecuted", "Executed"].find((status) => results.some((r) => r.outcome.status === status))
@@ -318,6 +334,18 @@ const renderStep = (step, context) => {
     { class: `step ${statusClass}`, id: `step-${step.step}`, "data-step": step.step },
     el("div", { class: "step-head" }, el("span", { class: "title" }, `step ${step.step}`), el("span", { class: "muted" }, facts.join(" · ")))
   )
+  // What the model was sent at this step under the run's history policy (design 0300).
+  for (const c of (context.compactions ?? []).filter((c) => c.step === step.step)) {
+    node.append(
+      row(
+        "compacted",
+        el("span", { class: "badge compacted" }, c.summary !== undefined ? "summarised" : "dropped"),
+        el("span", { class: "note" }, `steps ${stepRange(0, c.toStep)} before this request (${c.reason}: ${c.requestTokens} tokens counted)`),
+        c.summary !== undefined ? pre(c.summary, { class: "summary" }) : null
+      )
+    )
+  }
+  if (step.history) node.append(row("sent", el("span", { class: "sent" }, sentText(step.history.sent, step.step))))
   if (step.reply) {
     const reply = step.reply.reply
     node.append(row("reply", pre(reply.text, { class: "reply" })))
@@ -644,16 +672,31 @@ const makeRunView = (priceTable) => {
         snapshotSlot.replaceChildren(renderSnapshot(transcript))
       }
       const tools = new Map((transcript.snapshot?.tools ?? []).map((tool) => [tool.name, tool.replayPolicy]))
-      const context = { finished, suspended: transcript.summary.status === "Suspended", approvals: transcript.approvals ?? [], replayPolicyOf: (name) => tools.get(name) }
+      const context = { finished, suspended: transcript.summary.status === "Suspended", approvals: transcript.approvals ?? [], compactions: transcript.compactions ?? [], replayPolicyOf: (name) => tools.get(name) }
       const resumesAt = (index) => transcript.resumes.filter((r) => r.fromStep === index)
+      // A conversation (design 0300): each turn's end after its last step, and the next turn's message before its first.
+      const turns = transcript.turns ?? []
+      const spoken = transcript.userMessages ?? []
+      const turnsAt = (index) =>
+        turns.filter((t) => t.atStep === index).flatMap((t) => [
+          el("div", { class: "turn-end", "data-turn": t.turn }, `turn ${t.turn} ended: ${stopReasonLabel(t.stopReason)} after ${t.counters.steps} steps`),
+          ...spoken.filter((m) => m.turn === t.turn + 1).map((m) =>
+            el("div", { class: "turn-message", "data-turn": m.turn }, el("span", { class: "badge turn" }, `turn ${m.turn}`), el("span", { class: "note" }, `message ${m.messageId}`), pre(m.text, { class: "user-message" })))
+        ])
       const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40
       let previous = null
       for (const step of transcript.steps) {
-        const key = JSON.stringify([step, resumesAt(step.step), finished, context.suspended, context.approvals.filter((a) => a.step === step.step)])
+        const key = JSON.stringify([step, resumesAt(step.step), finished, context.suspended, context.approvals.filter((a) => a.step === step.step), context.compactions.filter((c) => c.step === step.step), turns.filter((t) => t.atStep === step.step).map((t) => t.turn), spoken.length])
         const known = rendered.get(step.step)
         let node = known?.node
         if (known === undefined || known.key !== key) {
-          const fresh = el("div", { class: "step-wrap" }, resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)), renderStep(step, context))
+          const fresh = el(
+            "div",
+            { class: "step-wrap" },
+            step.step > 0 ? turnsAt(step.step) : [],
+            resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
+            renderStep(step, context)
+          )
           if (node) node.replaceWith(fresh)
           else if (previous) previous.after(fresh)
           else steps.prepend(fresh)
@@ -664,8 +707,11 @@ const makeRunView = (priceTable) => {
       }
       const trailing = transcript.resumes.filter((r) => !transcript.steps.some((s) => s.step === r.fromStep))
       footer.replaceChildren(
+        ...turnsAt(transcript.steps.length),
         ...trailing.map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
-        finished
+        transcript.conversation && !finished
+          ? el("p", { class: "waiting", id: "conversation" }, `A conversation: ${turns.length} turn(s) answered; new turns appear here as they are written.`)
+          : finished
           ? el("p", { id: "finished" }, el("strong", {}, "finished "), `${time(transcript.finished.finishedAt)}: ${stopReasonLabel(transcript.finished.stopReason)} after ${transcript.finished.counters.steps} steps (${transcript.finished.counters.effectiveSteps} effective)`)
           : el("p", { class: "waiting", id: "unfinished" }, "Not finished: new steps appear here as they are written.")
       )

@@ -19,6 +19,7 @@
  * @since 0.1.0
  */
 import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { identity } from "effect/Function"
@@ -32,7 +33,7 @@ import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
 import { DecisionParser } from "./DecisionParser.js"
-import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
+import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, RunBusy, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
 import { RunId } from "./Ids.js"
@@ -53,6 +54,7 @@ import { currentCall, ModelClient, type ModelRequest } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import type { ParsedReply } from "./ParsedReply.js"
+import type { JsonValue } from "./internal/jsonValue.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
 import * as Snapshot from "./Snapshot.js"
@@ -93,7 +95,9 @@ export const RunResult = Schema.Struct({
    * that was interrupted or crashed leaves no count). The `RunFinished` event itself is emitted
    * after its record is durable, so its own delivery is not in the count.
    */
-  eventDeliveryFailures: Schema.NonNegativeInt
+  eventDeliveryFailures: Schema.NonNegativeInt,
+  /** A conversation's turn (design 0300): the counters are that turn's. Absent for a single-task run. */
+  turn: Schema.optional(Schema.NonNegativeInt)
 })
 /** @since 0.1.0 */
 export interface RunResult extends Schema.Schema.Type<typeof RunResult> {}
@@ -166,15 +170,17 @@ const judge = (run: Run): StopReason | undefined => {
       if (result.outcome.envReportedCompletion) return { _tag: "Completed", by: "Environment" }
     }
   }
+  // A budget is per turn (design 0300): a single-task run is one turn, counted from zero.
   const budget = run.request.agent.budget
-  if (state.steps >= budget.maxSteps) return { _tag: "BudgetExhausted", budget: "Steps" }
-  if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps >= budget.maxEffectiveSteps) {
+  const from = state.turnStart
+  if (state.steps - from.steps >= budget.maxSteps) return { _tag: "BudgetExhausted", budget: "Steps" }
+  if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps - from.effectiveSteps >= budget.maxEffectiveSteps) {
     return { _tag: "BudgetExhausted", budget: "EffectiveSteps" }
   }
-  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens >= budget.maxTokens) {
+  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens - from.inputTokens - from.outputTokens >= budget.maxTokens) {
     return { _tag: "BudgetExhausted", budget: "Tokens" }
   }
-  if (run.maxDurationMillis !== undefined && state.elapsed >= run.maxDurationMillis) {
+  if (run.maxDurationMillis !== undefined && state.elapsed - from.elapsed >= run.maxDurationMillis) {
     return { _tag: "BudgetExhausted", budget: "Duration" }
   }
   return undefined
@@ -264,10 +270,46 @@ const exceeded = (run: Run, step: number, cause: ModelError) =>
 const prepare = (run: Run, step: number): Effect.Effect<Rendering.Sent | undefined, Gate.LoopError> => {
   const renderer = run.renderer
   if (renderer === undefined) return Effect.succeed(undefined)
-  const planned = renderer.plan(run.state)
-  if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
-  return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+  const fitted = Effect.suspend(() => {
+    const planned = renderer.plan(run.state)
+    if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
+    return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+  })
+  const wanted = renderer.planSummary(run.state)
+  return wanted === undefined ? fitted : Effect.zipRight(summarise(run, step, renderer, wanted), fitted)
 }
+
+/**
+ * A summary of the steps before `planned.toStep` (design 0300, decision 5): the summariser's
+ * call (retried like a step's), then its `HistoryCompacted` record with the summary, the
+ * request's fingerprint and the usage, which counts in the run's tokens. A resume reads the
+ * record and never asks again.
+ */
+const summarise = (run: Run, step: number, renderer: Rendering.Renderer, planned: Rendering.Planned) =>
+  Effect.suspend(() => {
+    const request = renderer.summaryRequest(run.state, planned.toStep)
+    const waitable = (error: ModelError) => error.retryable && AgentDefinition.exceedsMaxDelay(run.request.agent.modelRetry, error) === undefined
+    const call = Effect.locally(run.summariser.generate(request), currentCall, { runId: run.runId, step, purpose: "Summary" })
+    return Effect.flatMap(Effect.retry(call, { schedule: run.schedule, while: waitable }), (reply) => {
+      const record: RunLog.HistoryCompacted = {
+        _tag: "HistoryCompacted",
+        seq: run.state.seq,
+        step: asStep(step),
+        reason: "Threshold",
+        toStep: asStep(planned.toStep),
+        requestTokens: planned.requestTokens,
+        summary: reply.text,
+        requestHash: Fingerprint.ofRequest(request),
+        usage: reply.usage
+      }
+      return Effect.map(run.store.appendCompaction(run.runId, record), () => {
+        run.state.seq += 1
+        run.state.compactions.push(record)
+        run.state.inputTokens += reply.usage.inputTokens
+        run.state.outputTokens += reply.usage.outputTokens
+      })
+    })
+  })
 
 /**
  * The model call of a step, with the emergency step (design 0300, decision 4): a request the
@@ -282,7 +324,11 @@ const generateFitting = (
   const renderer = run.renderer
   const call = (current: Rendering.Sent | undefined) => {
     const generated = generate(run, step, current)
-    return renderer === undefined ? generated : Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" })
+    // The step is named to the client only when steps may be missing from the request (a
+    // policy that drops or summarises, or a compaction already made); otherwise the number of
+    // its Assistant messages says it, and the step pays nothing for a fiber reference.
+    const named = renderer !== undefined && (renderer.compacts || run.state.compactions.length > 0)
+    return named ? Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" }) : generated
   }
   return call(sent).pipe(
     Effect.map((reply) => [reply, sent] as const),
@@ -344,6 +390,30 @@ const finish = (run: Run, stopReason: StopReason) =>
       },
       eventDeliveryFailures: state.eventDeliveryFailures
     }
+    if (run.conversation) {
+      // A conversation's turn ends; the conversation does not (design 0300, decision 6).
+      const from = state.turnStart
+      const ended: RunLog.TurnFinished = {
+        _tag: "TurnFinished",
+        seq: state.seq,
+        turn: state.turn,
+        stopReason,
+        finishedAt,
+        atStep: state.steps,
+        counters: {
+          steps: state.steps - from.steps,
+          effectiveSteps: state.effectiveSteps - from.effectiveSteps,
+          usage: { inputTokens: state.inputTokens - from.inputTokens, outputTokens: state.outputTokens - from.outputTokens },
+          elapsed: state.elapsed - from.elapsed,
+          resumedCount: state.resumedCount
+        }
+      }
+      yield* run.store.appendTurn(run.runId, ended)
+      state.seq += 1
+      state.turnFinished = true
+      yield* emit(run, { _tag: "TurnFinished", runId: run.runId, turn: state.turn, stopReason, counters: ended.counters })
+      return { ...resultOf(run.runId, { ...record, counters: ended.counters }) }
+    }
     yield* run.store.finish(run.runId, record)
     state.seq += 1
     yield* emit(run, { _tag: "RunFinished", runId: run.runId, stopReason, counters: record.counters })
@@ -356,6 +426,7 @@ const finish = (run: Run, stopReason: StopReason) =>
  * suspension.
  */
 const next = (run: Run): Effect.Effect<RunResult, Gate.LoopError> => {
+  if (run.inbox !== undefined && run.inbox.queue.length > 0) return Effect.flatMap(drain(run), () => next(run))
   const stop = judge(run)
   return stop !== undefined ? finish(run, stop) : Effect.flatMap(runStep(run), () => next(run))
 }
@@ -367,7 +438,11 @@ const loop = (run: Run): Effect.Effect<RunResult, Gate.LoopError> => Effect.susp
  * The recorded snapshot against the current one (`Snapshot.matches`: equal, or recorded by an
  * earlier version and the same configuration as it reads today).
  */
-const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapshot.Encoded): Effect.Effect<void, SnapshotMismatch> => {
+const checkSnapshot = (
+  runId: RunId,
+  started: { readonly snapshot: unknown; readonly snapshotHash: string },
+  current: Snapshot.Encoded
+): Effect.Effect<void, SnapshotMismatch> => {
   if (Snapshot.matches(started.snapshotHash, current)) return Effect.void
   // Differences against the recorded snapshot as it reads today (a run from before design 0150 took one action per step).
   const recorded = Snapshot.upgrade(started.snapshot)
@@ -383,7 +458,7 @@ const checkSnapshot = (runId: RunId, started: RunLog.RunStarted, current: Snapsh
 }
 
 /** A fresh run: `RunStarted` with the snapshot. */
-const start = (run: Run, snapshot: Snapshot.Encoded) =>
+const start = (run: Run, snapshot: Snapshot.Encoded, message?: SentMessage) =>
   Effect.gen(function*() {
     const startedAt = yield* Clock.currentTimeMillis
     yield* run.store.start({
@@ -394,9 +469,231 @@ const start = (run: Run, snapshot: Snapshot.Encoded) =>
       snapshot: snapshot.value,
       snapshotHash: snapshot.hash,
       startedAt,
-      logVersion: RunLog.logVersion
+      logVersion: RunLog.logVersion,
+      ...(message === undefined ? {} : { conversation: { messageId: message.messageId } })
     })
     yield* emit(run, { _tag: "RunStarted", runId: run.runId, task: run.request.task, snapshotHash: snapshot.hash, at: startedAt })
+  })
+
+
+/** The turn a message id names in a conversation's log: 0 for its task, else its `UserMessaged`'s. */
+const turnOf = (log: RunLog.RunLog, messageId: string): number | undefined => {
+  const started = Option.getOrUndefined(log.started)
+  if (started?.conversation?.messageId === messageId) return 0
+  return log.userMessages.find((m) => m.messageId === messageId)?.turn
+}
+
+const isKnownMessage = (log: RunLog.RunLog, messageId: string): boolean => turnOf(log, messageId) !== undefined
+
+/** A turn's result, from its `TurnFinished`. */
+const turnResultOf = (runId: RunId, ended: RunLog.TurnFinished): RunResult => ({
+  runId,
+  stopReason: ended.stopReason,
+  steps: ended.counters.steps,
+  effectiveSteps: ended.counters.effectiveSteps,
+  usage: ended.counters.usage,
+  resumedCount: ended.counters.resumedCount,
+  eventDeliveryFailures: 0,
+  turn: ended.turn
+})
+
+/** The result of the turn of a message already sent, once the turn has ended (a retried send). */
+const answeredTurn = (log: RunLog.RunLog, messageId: string): RunResult | undefined => {
+  const turn = turnOf(log, messageId)
+  const ended = turn === undefined ? undefined : log.turns.find((t) => t.turn === turn)
+  return ended === undefined ? undefined : turnResultOf(Option.getOrThrow(log.started).runId, ended)
+}
+
+const notAConversation = (runId: RunId) =>
+  Effect.fail(
+    new InvalidRunRequest({ runId, issues: "it is a single-task run (started by Agent.run); Agent.send continues conversations, which Agent.send starts" })
+  )
+
+/** Has every message of the conversation had its turn? */
+const turnFinishedIn = (log: RunLog.RunLog): boolean => log.turns.length === log.userMessages.length + 1
+
+/** Messages whose turn has not started: the turn before them has not finished. */
+const heldMessages = (log: RunLog.RunLog): number => Math.max(0, log.userMessages.length - log.turns.length)
+
+/**
+ * The configuration the conversation's current turn runs under: the snapshot recorded by the
+ * last started turn's message that recorded one (a redeploy between turns), else the run's.
+ */
+const snapshotInForce = (started: RunLog.RunStarted, log: RunLog.RunLog): { readonly snapshot: unknown; readonly snapshotHash: string } => {
+  const current = log.turns.length // the turn in progress, or the next one
+  for (let i = log.userMessages.length - 1; i >= 0; i--) {
+    const m = log.userMessages[i]!
+    if (m.turn <= current && m.snapshot !== undefined && m.snapshotHash !== undefined) return { snapshot: m.snapshot, snapshotHash: m.snapshotHash }
+  }
+  return { snapshot: started.snapshot, snapshotHash: started.snapshotHash }
+}
+
+/**
+ * Appends a message (design 0300, decisions 6 and 9): the next turn's number, and the new
+ * configuration with what changed when it differs from the one in force.
+ */
+const appendMessage = (
+  run: Run,
+  turn: number,
+  message: SentMessage,
+  inForce: { readonly snapshot: unknown; readonly snapshotHash: string } | undefined,
+  snapshot: Snapshot.Encoded | undefined
+) =>
+  Effect.gen(function*() {
+    const at = yield* Clock.currentTimeMillis
+    const drift = inForce !== undefined && snapshot !== undefined && !Snapshot.matches(inForce.snapshotHash, snapshot)
+    const record: RunLog.UserMessaged = {
+      _tag: "UserMessaged",
+      seq: run.state.seq,
+      turn,
+      messageId: message.messageId,
+      text: message.text,
+      at,
+      ...(drift && snapshot !== undefined && inForce !== undefined
+        ? {
+          snapshot: snapshot.value,
+          snapshotHash: snapshot.hash,
+          differences: Snapshot.diff(Snapshot.upgrade(inForce.snapshot), snapshot.value).map(([path, before, after]) => ({
+            path,
+            ...(before === undefined ? {} : { parent: before as Schema.Schema.Type<typeof JsonValue> }),
+            ...(after === undefined ? {} : { fork: after as Schema.Schema.Type<typeof JsonValue> })
+          }))
+        }
+        : {})
+    }
+    yield* run.store.appendTurn(run.runId, record)
+    run.state.seq += 1
+    return record
+  })
+
+/** A message written while its conversation waits for a decision: held, its turn after the decision (decision 8). */
+const hold = (
+  run: Run,
+  log: RunLog.RunLog,
+  message: SentMessage,
+  inForce: { readonly snapshot: unknown; readonly snapshotHash: string } | undefined,
+  snapshot: Snapshot.Encoded
+) => Effect.asVoid(appendMessage(run, log.userMessages.length + 1, message, inForce, snapshot))
+
+/**
+ * Queues a message with the conversation running in this process under the same configuration
+ * (the snapshot: agent, tools, parser) (decision 8): resolved once its turn ends; `undefined`
+ * when there is none to queue with.
+ */
+const queueWith = (
+  store: RunLogStore.Service,
+  runId: RunId,
+  given: RunRequest,
+  message: SentMessage,
+  log: RunLog.RunLog,
+  parserId: string
+): Effect.Effect<RunResult, RunError> | undefined => {
+  const inbox = inboxesOf(store).get(runId)
+  const started = Option.getOrUndefined(log.started)
+  if (inbox === undefined || !inbox.accepting || started?.conversation === undefined) return undefined
+  const parallel = given.agent.parallelToolCalls ?? Snapshot.parallelToolCallsOf(started.snapshot)
+  if (!Snapshot.matches(inbox.snapshotHash, snapshotOf({ ...given, task: started.task }, parserId, parallel))) return undefined
+  return Effect.gen(function*() {
+    const written = yield* Deferred.make<void, RunError>()
+    const answered = yield* Deferred.make<RunResult, RunError>()
+    inbox.queue.push({ message, written, answered })
+    return yield* Deferred.await(answered)
+  })
+}
+
+/**
+ * The turns of a conversation whose current turn has ended: each held message's turn in order,
+ * then the new message's (appended first). Returns the result of the sent message's turn (the
+ * last turn's for `Agent.run`).
+ */
+/**
+ * A message sent to a conversation whose turn is running in this process (decision 8): queued
+ * with the running loop, which writes it at its next step boundary (`written`: durable, held
+ * for the next turn) and answers it when its turn ends (`answered`).
+ */
+interface Queued {
+  readonly message: SentMessage
+  readonly written: Deferred.Deferred<void, RunError>
+  readonly answered: Deferred.Deferred<RunResult, RunError>
+}
+
+/** The messages queued with a conversation running in this process, and its held messages (written, their turns to come). */
+export interface Inbox {
+  /** The configuration the running turns answer under: a message is queued only under the same one. */
+  readonly snapshotHash: string
+  readonly queue: Array<Queued>
+  readonly held: Array<RunLog.UserMessaged>
+  readonly answers: Map<string, Deferred.Deferred<RunResult, RunError>>
+  /** Messages the log holds (the next one's turn is this + 1). */
+  messages: number
+  accepting: boolean
+}
+
+/** The conversations whose turns run in this process, by store and run id (two stores may hold one id). */
+const inboxes = new WeakMap<RunLogStore.Service, Map<string, Inbox>>()
+
+const inboxesOf = (store: RunLogStore.Service): Map<string, Inbox> => {
+  let byRun = inboxes.get(store)
+  if (byRun === undefined) inboxes.set(store, byRun = new Map())
+  return byRun
+}
+
+/** Writes the queued messages (held: their turns start when the current one ends) and acknowledges each. */
+const drain = (run: Run): Effect.Effect<void, Gate.LoopError> => {
+  const inbox = run.inbox
+  if (inbox === undefined || inbox.queue.length === 0) return Effect.void
+  const queued = inbox.queue.splice(0)
+  return Effect.forEach(queued, (q) =>
+    Effect.gen(function*() {
+      const record = yield* appendMessage(run, inbox.messages + 1, q.message, undefined, undefined)
+      inbox.messages += 1
+      inbox.held.push(record)
+      inbox.answers.set(record.messageId, q.answered)
+      yield* Deferred.succeed(q.written, undefined)
+    }), { discard: true })
+}
+
+const converse = (
+  run: Run,
+  log: RunLog.RunLog,
+  message: SentMessage | undefined,
+  inForce: { readonly snapshot: unknown; readonly snapshotHash: string } | undefined,
+  snapshot: Snapshot.Encoded,
+  finishedNow: RunResult | undefined
+): Effect.Effect<RunResult, Gate.LoopError> =>
+  Effect.gen(function*() {
+    const inbox = run.inbox!
+    // The log's held messages (their turns not started), before any queued since this attempt began.
+    inbox.held.unshift(...log.userMessages.filter((m) => m.turn > run.state.turn && !inbox.held.some((h) => h.messageId === m.messageId)))
+    let wanted = message === undefined ? undefined : turnOf(log, message.messageId)
+    if (message !== undefined && wanted === undefined) {
+      const record = yield* appendMessage(run, inbox.messages + 1, message, inForce, snapshot)
+      inbox.messages += 1
+      inbox.held.push(record)
+      wanted = record.turn
+    }
+    const results = new Map<number, RunResult>()
+    if (finishedNow !== undefined) results.set(run.state.turn, { ...finishedNow, turn: run.state.turn })
+    // Held messages in order — those of the log, this one, and those queued while turns run.
+    for (;;) {
+      yield* drain(run)
+      const next = inbox.held.shift()
+      if (next === undefined) break
+      State.startTurn(run.state, next)
+      yield* emit(run, { _tag: "TurnStarted", runId: run.runId, turn: next.turn, messageId: next.messageId, text: next.text })
+      const result: RunResult = { ...(yield* loop(run)), turn: next.turn }
+      results.set(next.turn, result)
+      const waiting = inbox.answers.get(next.messageId)
+      if (waiting !== undefined) {
+        inbox.answers.delete(next.messageId)
+        yield* Deferred.succeed(waiting, result)
+      }
+    }
+    const turn = wanted ?? run.state.turn
+    const found = results.get(turn) ?? results.get(run.state.turn)
+    if (found !== undefined) return found
+    const ended = log.turns.find((t) => t.turn === turn) ?? log.turns.at(-1)!
+    return turnResultOf(run.runId, ended)
   })
 
 /**
@@ -458,8 +755,59 @@ export const fork = Fork.fork
  * Events: `ActionExecuted.replayed` is true for the interrupted step finished on resume (its
  * `executorObservation` is empty when the action was not run again).
  */
-export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Requirements> =>
+export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Requirements> => execute(request, undefined)
+
+/**
+ * A message to a conversation (design 0300, decisions 6–9): the run id, the caller's id of the
+ * message (a retried send appends nothing and returns the same turn's result), its text, and the
+ * agent and tools to answer it with. The first message starts the conversation (it is its task).
+ */
+export interface SendRequest {
+  readonly runId: RunId
+  readonly messageId: string
+  readonly text: string
+  readonly agent: AgentDefinition.AgentDefinition
+  readonly tools: ToolRegistry<unknown>
+  readonly streaming?: boolean | undefined
+}
+
+/**
+ * Sends a person's message to a conversation and runs its turn (design 0300, decisions 6–9):
+ *
+ * - a new run id → a conversation whose task is this message (turn 0);
+ * - a new message → `UserMessaged` appended first (durable before anything acts on it), then the
+ *   loop runs the turn — budgets count per turn, the stop judgment is the run's — and the turn's
+ *   result is returned (`RunResult` with `turn`, its counters the turn's); the conversation
+ *   stays open for the next message;
+ * - a message id already sent (a retried request) → that turn's result, nothing appended; if its
+ *   turn was interrupted, the turn is finished first;
+ * - a turn interrupted earlier (a crash) → finished first (under its own configuration), then
+ *   the new message's turn;
+ * - a conversation waiting for a person's decision → the message is held (appended) and
+ *   `Suspended` returned; once decided, `run` or `send` finishes that turn, then answers the held
+ *   messages in order;
+ * - a configuration changed since the last turn (a redeploy) → allowed between turns and
+ *   recorded on the message (`snapshotHash`, `differences`); within a turn → `SnapshotMismatch`;
+ * - a single-task run (`run`) → `InvalidRunRequest`.
+ *
+ * Another caller running a turn of the same conversation holds its claim: `RunBusy`, nothing
+ * appended (retry it; the message id makes the retry safe).
+ */
+export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> =>
+  execute(
+    { runId: request.runId, agent: request.agent, task: request.text, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) },
+    { messageId: request.messageId, text: request.text }
+  )
+
+/** A conversation's message: the caller's id for it (a retried send appends nothing) and its text. */
+interface SentMessage {
+  readonly messageId: string
+  readonly text: string
+}
+
+const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Effect<RunResult, RunError, Requirements> =>
   Effect.gen(function*() {
+    const request = given
     const runId = request.runId
     const executor = yield* ActionExecutor
     const derived = isDerivedExecutor(executor) ? executor : undefined
@@ -480,6 +828,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
     const tracer = yield* Effect.tracer
     const clock = yield* Effect.clock
     const counters = Option.getOrElse(yield* Effect.serviceOption(TokenCounter.TokenCounter), () => TokenCounter.approximateOnly)
+    const summariser = yield* Effect.serviceOption(HistoryPolicy.Summariser)
     return yield* Effect.scoped(
       Effect.gen(function*() {
         // Claim first, then read the log once: under the claim nobody else writes, so what is
@@ -490,16 +839,39 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           if (error._tag !== "RunBusy") return yield* error
           const log = yield* store.readLog(runId)
           if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
+          const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
+          if (answered !== undefined) return answered
+          // A turn of this conversation runs in this process: the message waits for it (decision 8).
+          const queued = message === undefined ? undefined : queueWith(store, runId, given, message, log, parser.id)
+          if (queued !== undefined) return yield* queued
           return yield* error
         }
         const log = yield* store.readLog(runId)
-        if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
+        if (Option.isSome(log.finished)) {
+          if (message !== undefined) return yield* notAConversation(runId)
+          return resultOf(runId, log.finished.value)
+        }
+        const started = Option.getOrUndefined(log.started)
+        const conversation = started !== undefined ? started.conversation !== undefined : message !== undefined
+        if (message !== undefined && !conversation) return yield* notAConversation(runId)
+        // A message already sent (a retried send): its turn's result, once it has one.
+        const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
+        if (answered !== undefined) return answered
+        // A conversation's task is its first message: its snapshot is of that task, whatever is sent later.
+        const request: RunRequest = started !== undefined && conversation ? { ...given, task: started.task } : given
         const agent = request.agent
         // Unset, `parallelToolCalls` is what the recorded run ran with (design 0150, decision 5).
         const parallel = agent.parallelToolCalls ??
           Option.match(log.started, { onNone: () => true, onSome: (started) => Snapshot.parallelToolCallsOf(started.snapshot) })
         const snapshot = snapshotOf(request, parser.id, parallel)
-        if (Option.isSome(log.started)) yield* checkSnapshot(runId, log.started.value, snapshot)
+        // Within a turn the configuration must be the one it ran with; between two turns of a
+        // conversation it may change (a redeploy), and the next message records how (decision 9).
+        const inForce = started === undefined ? undefined : snapshotInForce(started, log)
+        const pendingTurn = started !== undefined && conversation && !turnFinishedIn(log)
+        const drift = inForce !== undefined && !Snapshot.matches(inForce.snapshotHash, snapshot)
+        if (inForce !== undefined && drift && (message === undefined || pendingTurn || isKnownMessage(log, message.messageId) || heldMessages(log) > 0)) {
+          yield* checkSnapshot(runId, { snapshot: inForce.snapshot, snapshotHash: inForce.snapshotHash }, snapshot)
+        }
         const texts = History.makeTexts({
           synthetic: agent.syntheticObservations,
           tools: request.tools,
@@ -509,11 +881,12 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
         const messages = History.initial(agent.systemPrompt, request.task)
         const modelTools = request.tools.modelView()
         const parts = HistoryPolicy.partsOf(agent.history)
-        const count = parts?.fit === undefined ? TokenCounter.approximateCount : counters.encoding(parts.fit.tokenizer)
+        const encoding = parts?.fit?.tokenizer ?? parts?.summary?.tokenizer
+        const count = encoding === undefined ? TokenCounter.approximateCount : counters.encoding(encoding)
         if (count === undefined) {
           return yield* new InvalidRunRequest({
             runId,
-            issues: `the history policy counts with the encoding "${parts!.fit!.tokenizer}", which the TokenCounter in context does not have (it has: ${counters.names.join(", ")}); provide @polyloop/ai's Tokenizers.layer for OpenAI encodings`
+            issues: `the history policy counts with the encoding "${encoding}", which the TokenCounter in context does not have (it has: ${counters.names.join(", ")}); provide @polyloop/ai's Tokenizers.layer for OpenAI encodings`
           })
         }
         const current: Run = {
@@ -530,6 +903,7 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           modelTools,
           fingerprint: Fingerprint.make(modelTools, agent.modelSettings),
           renderer: parts === undefined ? undefined : Rendering.make(parts, modelTools, agent.modelSettings, count!),
+          summariser: Option.getOrElse(summariser, () => model),
           maxDurationMillis: agent.budget.maxDuration === undefined ? undefined : Duration.toMillis(agent.budget.maxDuration),
           parallel,
           concurrency: agent.actionConcurrency ?? 1,
@@ -538,28 +912,67 @@ export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Req
           streaming: request.streaming ?? false,
           clock,
           state: State.fresh(messages),
-          gate: undefined
+          gate: undefined,
+          conversation,
+          inbox: undefined
         }
-        if (Option.isSome(log.started)) {
-          const rebuilt = yield* State.rebuild(runId, log, messages, texts)
-          current.state = rebuilt.state
+        if (conversation) {
+          // Messages sent to this conversation from this process while it runs are queued here.
+          const inbox: Inbox = {
+            snapshotHash: snapshot.hash,
+            queue: [],
+            held: [],
+            answers: new Map(),
+            messages: log.userMessages.length,
+            accepting: true
+          }
+          inboxesOf(store).set(runId, inbox)
+          current.inbox = inbox
+          yield* Effect.addFinalizer(() =>
+            Effect.gen(function*() {
+              inbox.accepting = false
+              if (inboxesOf(store).get(runId) === inbox) inboxesOf(store).delete(runId)
+              // Whoever still waits retries (their message, if written, is held in the log).
+              const busy = new RunBusy({ runId })
+              for (const q of inbox.queue.splice(0)) {
+                yield* Deferred.fail(q.written, busy)
+                yield* Deferred.fail(q.answered, busy)
+              }
+              for (const waiting of inbox.answers.values()) yield* Deferred.fail(waiting, busy)
+            })
+          )
+        }
+        if (started === undefined) {
+          yield* start(current, snapshot, message)
+          const result = yield* loop(current)
+          return conversation ? { ...result, turn: 0 } : result
+        }
+        const rebuilt = yield* State.rebuild(runId, log, messages, texts)
+        current.state = rebuilt.state
+        if (!current.state.turnFinished || !conversation) {
           // The interrupted step's reply is parsed once, before anything is written: a step
-          // whose calls still wait for a decision stops here with `Suspended` (design 0160).
+          // whose calls still wait for a decision stops here with `Suspended` (design 0160) — a
+          // new message to a conversation waiting so is held: written, answered after the decision.
           const interrupted = yield* Effect.transposeMapOption(rebuilt.interrupted, (replied) =>
             Effect.map(decideReply(current, replied.reply), (decision) => ({ replied, decision })))
           if (Option.isSome(interrupted)) {
             const { decision, replied } = interrupted.value
-            current.gate = yield* Gate.inspect(current, log, replied.step, Step.decisionOf(current, decision, replied.step))
+            current.gate = yield* Gate.inspect(current, log, replied.step, Step.decisionOf(current, decision, replied.step)).pipe(
+              Effect.tapErrorTag("Suspended", () =>
+                message === undefined || isKnownMessage(log, message.messageId) ? Effect.void : hold(current, log, message, inForce, snapshot))
+            )
           }
           // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
           if (!Fork.isUntouched(log)) yield* resume(current, interrupted, rebuilt.interruptedResults)
-        } else {
-          yield* start(current, snapshot)
+          const result = yield* loop(current)
+          if (!conversation) return result
+          // A conversation: the turns of held messages, in order, then the new message's turn.
+          return yield* converse(current, log, message, inForce, snapshot, result)
         }
-        return yield* loop(current)
+        return yield* converse(current, log, message, inForce, snapshot, undefined)
       })
     )
-  }).pipe(Effect.withSpan("Agent.run", { attributes: Tracing.runAttributes(request.runId, request.agent.name), captureStackTrace: false }))
+  }).pipe(Effect.withSpan(message === undefined ? "Agent.run" : "Agent.send", { attributes: Tracing.runAttributes(given.runId, given.agent.name), captureStackTrace: false }))
 
 /** The last item of `stream`: the run's result. */
 export interface RunCompleted {

@@ -17,7 +17,12 @@ import * as Schema from "effect/Schema"
 import type { AgentDefinition } from "./AgentDefinition.js"
 import type { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
 import { type RunId, StepIndex } from "./Ids.js"
+import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as Fingerprint from "./internal/fingerprint.js"
+import * as History from "./internal/history.js"
+import * as Rendering from "./internal/rendering.js"
+import * as State from "./internal/state.js"
+import * as TokenCounter from "./TokenCounter.js"
 import { formatIssues } from "./internal/issues.js"
 import * as Recorded from "./internal/recorded.js"
 import * as RunLog from "./RunLog.js"
@@ -104,6 +109,14 @@ const rehashed = (
     const fixed = Recorded.fromLog(log)
     if (Either.isLeft(fixed)) return yield* Recorded.unreadable(first.runId, fixed.left)
     const recorded = fixed.right
+    if (HistoryPolicy.partsOf(recorded.snapshot.agent.history) !== undefined) {
+      // Under a history policy (design 0300) a request is not a prefix of the history: each is
+      // rendered as the loop renders it (its compactions, its mask), one rebuild per copied reply.
+      return yield* Effect.forEach(copied, (record) =>
+        record._tag === "ModelReplied" && record.requestHash !== undefined
+          ? Effect.map(Recorded.requestAt(recorded, log, record.step), (request): RunLog.RunRecord => ({ ...record, requestHash: Fingerprint.ofRequest(request) }))
+          : Effect.succeed(record))
+    }
     const messages = yield* Recorded.messages(recorded, log)
     const fingerprint = Fingerprint.make(recorded.tools, recorded.snapshot.agent.modelSettings)
     // The request of step s holds the messages before its reply: the s-th Assistant message.
@@ -118,6 +131,74 @@ const rehashed = (
         ? { ...record, requestHash: hashes.get(record.step)! }
         : record
     )
+  })
+
+/**
+ * The copied records with the token budget's drops decided again under the fork's policy (design
+ * 0300): a drop is a function of the log and the policy, so a fork with another budget holds the
+ * drops its own budget makes over the copied steps — what a replay of the fork decides there —
+ * not the parent's. Summaries and emergency steps are facts of the parent's run (a model's text, a
+ * provider's refusal) and are copied as they are. Unchanged when the fork's policy has no budget
+ * or counts with an encoding the `TokenCounter` in context does not have.
+ */
+const rederived = (
+  first: RunLog.RunStarted,
+  copied: ReadonlyArray<RunLog.RunRecord>
+): Effect.Effect<ReadonlyArray<RunLog.RunRecord>, StoreError> =>
+  Effect.gen(function*() {
+    const fixed = Recorded.fromLog(RunLog.fromRecords([first, ...copied]))
+    if (Either.isLeft(fixed)) return yield* Recorded.unreadable(first.runId, fixed.left)
+    const recorded = fixed.right
+    const parts = HistoryPolicy.partsOf(recorded.snapshot.agent.history)
+    if (parts?.fit === undefined) return copied
+    const counters = Option.getOrElse(yield* Effect.serviceOption(TokenCounter.TokenCounter), () => TokenCounter.approximateOnly)
+    const count = counters.encoding(parts.fit.tokenizer)
+    if (count === undefined) return copied
+    const kept = copied.filter((r) => !(r._tag === "HistoryCompacted" && r.reason === "Budget"))
+    const log = RunLog.fromRecords([first, ...kept])
+    const rebuilt = yield* State.rebuild(first.runId, log, History.initial(recorded.snapshot.agent.systemPrompt, first.task), recorded.texts)
+    const state = rebuilt.state
+    const renderer = Rendering.make(parts, recorded.tools, recorded.snapshot.agent.modelSettings, count)
+    // Step by step, in the order the loop writes them: a summary, then the budget's drop, then an emergency step.
+    const inForce: Array<RunLog.HistoryCompacted> = []
+    const decided = new Map<number, RunLog.HistoryCompacted>()
+    for (let step = 0; step < log.steps.length; step++) {
+      const at = log.compactions.filter((c) => c.step === step)
+      inForce.push(...at.filter((c) => c.reason === "Threshold"))
+      const planned = renderer.plan({
+        messages: state.messages,
+        stepStarts: state.stepStarts,
+        steps: step,
+        compactions: inForce,
+        lastInputTokens: step === 0 ? 0 : log.replies[step - 1]!.reply.usage.inputTokens,
+        turnMessages: state.turnMessages
+      })
+      if (planned !== undefined) {
+        const record: RunLog.HistoryCompacted = {
+          _tag: "HistoryCompacted",
+          seq: 0,
+          step: StepIndex.make(step),
+          reason: "Budget",
+          toStep: StepIndex.make(planned.toStep),
+          requestTokens: planned.requestTokens
+        }
+        decided.set(step, record)
+        inForce.push(record)
+      }
+      inForce.push(...at.filter((c) => c.reason === "ContextExceeded"))
+    }
+    // Each drop goes just before the first record of its step that comes after it: the emergency step, or the reply.
+    const out: Array<RunLog.RunRecord> = []
+    for (const record of kept) {
+      const step = record._tag === "ModelReplied" || (record._tag === "HistoryCompacted" && record.reason === "ContextExceeded") ? record.step : undefined
+      const drop = step === undefined ? undefined : decided.get(step)
+      if (drop !== undefined) {
+        out.push(drop)
+        decided.delete(step!)
+      }
+      out.push(record)
+    }
+    return out.map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))
   })
 
 /**
@@ -181,7 +262,7 @@ export const fork = (
         forkedFrom
       }
       const renumbered = RunLog.recordsBeforeStep(parent, options.atStep).map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))
-      const copied = forkDiffers(forkedFrom) ? yield* rehashed(first, renumbered) : renumbered
+      const copied = forkDiffers(forkedFrom) ? yield* rehashed(first, yield* rederived(first, renumbered)) : renumbered
       yield* appendRecords(options.runId, [first, ...copied])
       return { runId: options.runId, forkedFrom, snapshotHash: snapshot.hash, copiedRecords: copied.length }
     }))

@@ -17,7 +17,13 @@
  *   `trimTo · (window − headroom)`, and replaced by one note (`[steps 0–39 omitted: 40 steps]`);
  *   the system prompt, the task and the last step are never dropped. Each drop is a
  *   `HistoryCompacted` record in the log, written before the request that uses it.
- * - `compose(mask, fit)`: masking first, the budget counted over the masked requests.
+ * - `summarise({ triggerTokens, keepLast })` (opt-in): when a request would count more than
+ *   `triggerTokens`, a model call (the `Summariser` service, or the run's `ModelClient`) writes
+ *   a summary of the steps before the last `keepLast`, which replaces them; the summary is a
+ *   `HistoryCompacted` record, written before the request, so a resume or a replay reads it and
+ *   never calls the summariser again.
+ * - `compose(mask, summary, fit)`: masking first, then the summary and the budget, counted over
+ *   the masked requests.
  *
  * Every policy but `keepAll` can shrink a request a provider refuses as too long
  * (`context_length_exceeded`): the emergency step drops every step but the last, recorded, and
@@ -25,7 +31,9 @@
  *
  * @since 0.2.0
  */
+import * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
+import type { ModelClient } from "./ModelClient.js"
 
 /** Every reply and observation, as logged. */
 export const KeepAll = Schema.TaggedStruct("KeepAll", {})
@@ -63,18 +71,40 @@ export const FitTokens = Schema.TaggedStruct("FitTokens", {
 /** @since 0.2.0 */
 export interface FitTokens extends Schema.Schema.Type<typeof FitTokens> {}
 
-/** Policies applied in order: masking, then the token budget over the masked requests. */
+/**
+ * A summary replaces the oldest steps when a request would count more than `triggerTokens`
+ * (see the module header). Opt-in: it costs a model call per summary, and a summary is the
+ * model's text, not a function of the log — so it is recorded, and never made twice.
+ */
+export const Summarise = Schema.TaggedStruct("Summarise", {
+  /** A request counted above this many tokens asks for a summary first. */
+  triggerTokens: Schema.Int.pipe(Schema.positive()),
+  /** Steps kept verbatim after the summary (the last step always is). */
+  keepLast: Schema.Int.pipe(Schema.nonNegative()),
+  /** The `TokenCounter` encoding counted with. */
+  tokenizer: Schema.String,
+  /** The summariser's instructions (its system prompt). */
+  prompt: Schema.String,
+  /** The message standing for the summarised steps: `{from}`, `{to}`, `{count}` and `{summary}` are filled. */
+  note: Schema.String
+})
+/** @since 0.2.0 */
+export interface Summarise extends Schema.Schema.Type<typeof Summarise> {}
+
+/** Policies applied in order: masking, a summary, then the token budget over what is left. */
 export const Compose = Schema.TaggedStruct("Compose", {
-  policies: Schema.Array(Schema.Union(MaskObservations, FitTokens))
+  policies: Schema.Array(Schema.Union(MaskObservations, FitTokens, Summarise))
 }).pipe(Schema.filter((compose) => {
   const tags = compose.policies.map((policy) => policy._tag)
-  return new Set(tags).size === tags.length || `compose takes at most one policy of each kind (got ${tags.join(", ")})`
+  if (new Set(tags).size !== tags.length) return `compose takes at most one policy of each kind (got ${tags.join(", ")})`
+  const encodings = new Set(compose.policies.flatMap((policy) => (policy._tag === "MaskObservations" ? [] : [policy.tokenizer])))
+  return encodings.size <= 1 || `the budget and the summary must count with one encoding (got ${[...encodings].join(", ")})`
 }))
 /** @since 0.2.0 */
 export interface Compose extends Schema.Schema.Type<typeof Compose> {}
 
 /** A history policy. */
-export const HistoryPolicy = Schema.Union(KeepAll, MaskObservations, FitTokens, Compose)
+export const HistoryPolicy = Schema.Union(KeepAll, MaskObservations, FitTokens, Summarise, Compose)
 /** @since 0.2.0 */
 export type HistoryPolicy = typeof HistoryPolicy.Type
 
@@ -123,13 +153,48 @@ export const fitTokens = (options: {
   note: options.note ?? defaultNote
 })
 
-/** Masking, then a token budget (at most one of each; order does not matter). */
-export const compose = (...policies: ReadonlyArray<MaskObservations | FitTokens>): Compose => ({ _tag: "Compose", policies })
+/** The default instructions of `summarise`. */
+export const defaultSummaryPrompt =
+  "You compress an agent's working history. Summarise the transcript below for the agent itself: what it has done, what it found (names, paths, numbers, errors, exact values it will need), what it decided and what remains. Keep facts, drop narration. Write only the summary."
+
+/** The default note of `summarise`. */
+export const defaultSummaryNote = "[summary of steps {from}–{to}]\n{summary}"
+
+/**
+ * Summarises the oldest steps when a request would count more than `triggerTokens`, keeping the
+ * last `keepLast` steps (default 2) verbatim. The summariser is the `Summariser` service when one
+ * is provided, the run's `ModelClient` otherwise; each summary is a `HistoryCompacted` record, so
+ * a resume, a replay or a fork never asks for it again.
+ */
+export const summarise = (options: {
+  readonly triggerTokens: number
+  readonly keepLast?: number
+  readonly tokenizer?: string
+  readonly prompt?: string
+  readonly note?: string
+}): Summarise => ({
+  _tag: "Summarise",
+  triggerTokens: options.triggerTokens,
+  keepLast: options.keepLast ?? 2,
+  tokenizer: options.tokenizer ?? "approximate",
+  prompt: options.prompt ?? defaultSummaryPrompt,
+  note: options.note ?? defaultSummaryNote
+})
+
+/** Masking, a summary and a token budget (at most one of each; order does not matter). */
+export const compose = (...policies: ReadonlyArray<MaskObservations | FitTokens | Summarise>): Compose => ({ _tag: "Compose", policies })
+
+/**
+ * The model that writes summaries (`summarise`): provide it to summarise with another model than
+ * the run's (a cheaper one); without it, the run's `ModelClient` writes them.
+ */
+export class Summariser extends Context.Tag("@polyloop/core/HistoryPolicy/Summariser")<Summariser, ModelClient.Service>() {}
 
 /** The parts of a policy, by kind. */
 export interface Parts {
   readonly mask: MaskObservations | undefined
   readonly fit: FitTokens | undefined
+  readonly summary: Summarise | undefined
 }
 
 /** The parts of a policy (`undefined` for `keepAll`: today's rendering). */
@@ -139,20 +204,28 @@ export const partsOf = (policy: HistoryPolicy | undefined): Parts | undefined =>
     case "KeepAll":
       return undefined
     case "MaskObservations":
-      return { mask: policy, fit: undefined }
+      return { mask: policy, fit: undefined, summary: undefined }
     case "FitTokens":
-      return { mask: undefined, fit: policy }
+      return { mask: undefined, fit: policy, summary: undefined }
+    case "Summarise":
+      return { mask: undefined, fit: undefined, summary: policy }
     case "Compose": {
       let mask: MaskObservations | undefined
       let fit: FitTokens | undefined
+      let summary: Summarise | undefined
       for (const part of policy.policies) {
         if (part._tag === "MaskObservations") mask = part
-        else fit = part
+        else if (part._tag === "FitTokens") fit = part
+        else summary = part
       }
-      return mask === undefined && fit === undefined ? undefined : { mask, fit }
+      return mask === undefined && fit === undefined && summary === undefined ? undefined : { mask, fit, summary }
     }
   }
 }
+
+/** The note standing for steps `[0, toStep)` summarised as `summary`. */
+export const summaryNoteFor = (template: string, toStep: number, summary: string): string =>
+  template.replaceAll("{from}", "0").replaceAll("{to}", String(toStep - 1)).replaceAll("{count}", String(toStep)).replaceAll("{summary}", summary)
 
 /** The note standing for steps `[0, toStep)`. */
 export const noteFor = (template: string, toStep: number): string =>
@@ -176,3 +249,50 @@ export const placeholderFor = (policy: MaskObservations, tool: string, observati
     .replaceAll("{tool}", tool)
     .replaceAll("{lines}", String(lineCount(observation)))
     .replaceAll("{characters}", String(observation.length))
+
+/** What the request of a step held of the history under a policy (for `polyloop show` and the viewer). */
+export interface SentView {
+  /** Steps before this were replaced by the compaction's note (0: none). */
+  readonly replacedBefore: number
+  /** The compaction in force (its reason, and whether a summary stood in). */
+  readonly compaction: { readonly reason: string; readonly summarised: boolean; readonly seq: number } | undefined
+  /** Steps from `replacedBefore` up to this had their answers masked. */
+  readonly maskedBefore: number
+}
+
+/**
+ * What the request of `step` held, from the policy and the log's compactions (`RunLog.compactions`):
+ * the same boundaries the loop rendered with.
+ */
+export const sentView = (
+  policy: HistoryPolicy | undefined,
+  compactions: ReadonlyArray<{ readonly step: number; readonly toStep: number; readonly reason: string; readonly summary?: string | undefined; readonly seq: number }>,
+  step: number
+): SentView => {
+  let record: (typeof compactions)[number] | undefined
+  for (const c of compactions) if (c.step <= step) record = c
+  const replacedBefore = Math.min(record?.toStep ?? 0, step)
+  const mask = partsOf(policy)?.mask
+  const maskedBefore = Math.max(replacedBefore, mask === undefined ? 0 : Math.min(boundary(mask, step), step))
+  return {
+    replacedBefore,
+    compaction: record === undefined ? undefined : { reason: record.reason, summarised: record.summary !== undefined, seq: record.seq },
+    maskedBefore
+  }
+}
+
+/** A policy in one line: `maskObservations(keepLast 4, every 5) + fitTokens(window 32000, headroom 4000, o200k_base)`. */
+export const describe = (policy: HistoryPolicy | undefined): string => {
+  const one = (p: MaskObservations | FitTokens | Summarise): string => {
+    switch (p._tag) {
+      case "MaskObservations":
+        return `maskObservations(keepLast ${p.keepLast}, every ${p.every})`
+      case "FitTokens":
+        return `fitTokens(window ${p.window}, headroom ${p.headroom}, ${p.tokenizer}, trimTo ${p.trimTo})`
+      case "Summarise":
+        return `summarise(triggerTokens ${p.triggerTokens}, keepLast ${p.keepLast}, ${p.tokenizer})`
+    }
+  }
+  if (policy === undefined || policy._tag === "KeepAll") return "keepAll"
+  return policy._tag === "Compose" ? policy.policies.map(one).join(" + ") : one(policy)
+}

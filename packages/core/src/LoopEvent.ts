@@ -57,6 +57,11 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
 /** The run finished. */
 export const RunFinished = Schema.TaggedStruct("RunFinished", { runId: RunId, stopReason: StopReason, counters: RunCounters })
 
+/** A person's message started a turn of a conversation (design 0300); it is durable. */
+export const TurnStarted = Schema.TaggedStruct("TurnStarted", { runId: RunId, turn: Schema.Int, messageId: Schema.String, text: Schema.String })
+/** A turn of a conversation ended (its `TurnFinished` is durable); the conversation waits for the next message. */
+export const TurnFinished = Schema.TaggedStruct("TurnFinished", { runId: RunId, turn: Schema.Int, stopReason: StopReason, counters: RunCounters })
+
 /** A call needs a person's decision; the run suspends once its step's requests are durable (design 0160). */
 export const ApprovalRequested = Schema.TaggedStruct("ApprovalRequested", {
   runId: RunId,
@@ -87,7 +92,9 @@ export const LoopEvent = Schema.Union(
   StepCompleted,
   RunFinished,
   ApprovalRequested,
-  ApprovalDecided
+  ApprovalDecided,
+  TurnStarted,
+  TurnFinished
 )
 /** @since 0.1.0 */
 export type LoopEvent = typeof LoopEvent.Type

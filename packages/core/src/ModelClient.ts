@@ -82,7 +82,8 @@ export const layer = (
  * Which call of a run the loop is making (design 0300): the step, and whether it is the step's
  * request (`"Step"`) or a history summary's (`"Summary"`). Set by the loop around each model call
  * of a run whose history policy can compact (the step is then not the number of `Assistant`
- * messages of the request); `Replay.model` reads it. Unset (`undefined`) otherwise.
+ * messages of the request, which is the step otherwise); `Replay.model` and the scripted model
+ * read it. Unset (`undefined`) otherwise: keep-everything and mask-only runs pay nothing for it.
  */
 export interface ModelCall {
   readonly runId: string

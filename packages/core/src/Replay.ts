@@ -24,11 +24,13 @@ import * as Agent from "./Agent.js"
 import * as Approval from "./Approval.js"
 import { ModelError, type RunError, type StoreError, Suspended } from "./Errors.js"
 import * as Approvals from "./internal/approvals.js"
+import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Recorded from "./internal/recorded.js"
 import type { RunId } from "./Ids.js"
 import type * as Message from "./Message.js"
 import { currentCall, ModelClient, type ModelRequest } from "./ModelClient.js"
+import * as ModelReplyModule from "./ModelReply.js"
 import type { ModelReply } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
@@ -52,6 +54,11 @@ export class ReplayDiverged extends Schema.TaggedError<ReplayDiverged>()("Replay
   override get message(): string {
     if (this.path.startsWith("approvals[")) {
       return `replay of ${this.runId} diverged at step ${this.step}: the replayed run asks for a decision (${this.path}) that the recorded run does not have`
+    }
+    if (this.path.startsWith("summaries[")) {
+      return `replay of ${this.runId} diverged at step ${this.step}: the replayed run asks for a history summary ${
+        this.expected === "" ? "that the recorded run did not make" : "of other steps than the recorded run's"
+      }`
     }
     if (this.expected === "") return `replay of ${this.runId} diverged at step ${this.step}: the recorded run has no reply for this step`
     const show = (value: unknown) => (value === undefined ? "(absent)" : preview(JSON.stringify(value)))
@@ -134,6 +141,21 @@ export const make = (log: RunLog.RunLog): ModelClient.Service => {
           return Effect.fail(new ModelError({ retryable: false, message: `cannot replay: ${fixed.left}` }))
         }
         const recorded = fixed.right
+        // A summary (design 0300): the recorded one, for the same summariser request.
+        if (call !== undefined && call.purpose === "Summary") {
+          const actual = Fingerprint.ofRequest(request)
+          const summary = log.compactions.find((c) => c.step === call.step && c.summary !== undefined)
+          if (summary === undefined || summary.requestHash !== actual) {
+            return Effect.fail(asModelError(new ReplayDiverged({
+              runId: recorded.runId,
+              step: call.step,
+              expected: summary?.requestHash ?? "",
+              actual,
+              path: `summaries[${call.step}]`
+            })))
+          }
+          return Effect.succeed(ModelReplyModule.make({ text: summary.summary!, ...(summary.usage === undefined ? {} : { usage: summary.usage }) }))
+        }
         // Under a compacting policy the loop names the step (dropped steps took their Assistant messages along).
         const step = call !== undefined ? call.step : stepOf(request.messages)
         if (refused.delete(step)) {
@@ -180,7 +202,7 @@ export type Comparison =
 /**
  * A record as the comparison sees it: its encoded JSON without what differs between two runs of
  * one configuration by nature — the run id, sequence numbers, timestamps, elapsed times, the
- * resumed count, a fork's parent. `RunResumed` records are dropped before comparing, and a
+ * resumed count, a fork's parent, the log's schema version. `RunResumed` records are dropped before comparing, and a
  * reply's `requestHash` is compared only when both sides have one (logs written before
  * fingerprints have none).
  */
@@ -192,6 +214,8 @@ const normalize = (record: RunLog.RunRecord): unknown => {
       delete value.runId
       delete value.startedAt
       delete value.forkedFrom
+      // The schema version of the code that wrote it, not what the run did.
+      delete value.logVersion
       break
     case "StepCompleted":
       delete value.elapsed
@@ -203,7 +227,12 @@ const normalize = (record: RunLog.RunRecord): unknown => {
       delete value.actionHash
       delete value.at
       break
+    case "UserMessaged":
+      delete value.at
+      break
+    case "TurnFinished":
     case "RunFinished": {
+      // A turn's end or the run's: when, and the time and resumes it took, differ by nature.
       delete value.finishedAt
       const counters = value.counters as Record<string, unknown>
       delete counters.elapsed
@@ -297,8 +326,24 @@ export interface Target<E = never> {
  */
 export const run = (options: RunOptions): Effect.Effect<Comparison, ReplayDiverged | RunError, Requirements> =>
   Effect.gen(function*() {
-    const replaying = Agent.run(options.request).pipe(
-      Effect.provide(model(options.recorded)),
+    // Summaries are served from the record too, whoever the recorded run's summariser was.
+    const served = Layer.provideMerge(Layer.effect(HistoryPolicy.Summariser, ModelClient), model(options.recorded))
+    // A conversation (design 0300) is replayed message by message, each sent as it was recorded;
+    // a message already answered in an earlier pass (before a suspension) answers again at once.
+    const started = Option.getOrUndefined(options.recorded.started)
+    const conversation = started?.conversation
+    const messages = conversation === undefined || started === undefined
+      ? []
+      : [{ messageId: conversation.messageId, text: started.task }, ...options.recorded.userMessages.map((m) => ({ messageId: m.messageId, text: m.text }))]
+    const request = options.request
+    const driven: Effect.Effect<Agent.RunResult, RunError, Agent.Requirements> = conversation === undefined
+      ? Agent.run(request)
+      : Effect.reduce(messages, undefined as Agent.RunResult | undefined, (_, m) =>
+        Agent.send({ runId: request.runId, messageId: m.messageId, text: m.text, agent: request.agent, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) })).pipe(
+          Effect.map((result) => result!)
+        )
+    const replaying = driven.pipe(
+      Effect.provide(served),
       Effect.catchTag("ModelError", (error) => Effect.fail(error.cause instanceof ReplayDiverged ? error.cause : error))
     )
     // A call that needs a person's decision suspends the replayed run as it did the recorded

@@ -65,7 +65,12 @@ export const RunStarted = Schema.TaggedStruct("RunStarted", {
   /** The log schema version of the code that started the run (absent: 1). */
   logVersion: Schema.optional(LogVersion),
   /** Set on a fork (`Agent.fork`); absent on a run started fresh (and on every log written before forks). */
-  forkedFrom: Schema.optional(ForkedFrom)
+  forkedFrom: Schema.optional(ForkedFrom),
+  /**
+   * Set on a conversation (`Agent.send`, design 0300 decision 6): the caller's id of its first
+   * message, which is the task (turn 0). Absent on a single-task run (`Agent.run`).
+   */
+  conversation: Schema.optional(Schema.Struct({ messageId: Schema.String }))
 })
 /** @since 0.1.0 */
 export interface RunStarted extends Schema.Schema.Type<typeof RunStarted> {}
@@ -162,6 +167,27 @@ export const RunResumed = Schema.TaggedStruct("RunResumed", {
 /** @since 0.1.0 */
 export interface RunResumed extends Schema.Schema.Type<typeof RunResumed> {}
 
+/**
+ * A person wrote to a conversation (design 0300, decisions 6–9): turn `turn` (from 1; turn 0 is
+ * the task), the caller's `messageId` (a retried send finds it and appends nothing), the text.
+ * Written before anything acts on it. Its turn starts when the turn before it has finished (a
+ * message written while a turn runs or waits for a decision is held until then). When the
+ * configuration changed since the turn before (a redeploy), `snapshotHash` is the new one's and
+ * `differences` what changed — drift between turns is allowed and recorded.
+ */
+export const UserMessaged = Schema.TaggedStruct("UserMessaged", {
+  seq: Seq,
+  turn: Schema.Int.pipe(Schema.positive()),
+  messageId: Schema.String,
+  text: Schema.String,
+  at: Schema.Finite,
+  snapshot: Schema.optional(JsonValue),
+  snapshotHash: Schema.optional(Schema.String),
+  differences: Schema.optional(Schema.Array(ForkDifference))
+})
+/** @since 0.2.0 */
+export interface UserMessaged extends Schema.Schema.Type<typeof UserMessaged> {}
+
 /** Counters at the end of a run. */
 export const RunCounters = Schema.Struct({
   steps: Schema.NonNegativeInt,
@@ -226,6 +252,25 @@ export interface ApprovalDecided extends Schema.Schema.Type<typeof ApprovalDecid
 /** An approval record. */
 export type ApprovalRecord = ApprovalRequested | ApprovalDecided
 
+/**
+ * A turn of a conversation ended (design 0300, decision 6): its stop reason, and its own
+ * counters (the steps, tokens and time of this turn). `atStep`: the run's completed steps when
+ * it ended — where the next turn's message enters the history.
+ */
+export const TurnFinished = Schema.TaggedStruct("TurnFinished", {
+  seq: Seq,
+  turn: Schema.NonNegativeInt,
+  stopReason: StopReason,
+  finishedAt: Schema.Finite,
+  atStep: Schema.NonNegativeInt,
+  counters: RunCounters
+})
+/** @since 0.2.0 */
+export interface TurnFinished extends Schema.Schema.Type<typeof TurnFinished> {}
+
+/** A conversation's record. */
+export type TurnRecord = UserMessaged | TurnFinished
+
 /** Any record. */
 export const RunRecord = Schema.Union(
   RunStarted,
@@ -236,7 +281,9 @@ export const RunRecord = Schema.Union(
   RunFinished,
   ApprovalRequested,
   ApprovalDecided,
-  HistoryCompacted
+  HistoryCompacted,
+  UserMessaged,
+  TurnFinished
 )
 /** @since 0.1.0 */
 export type RunRecord =
@@ -249,6 +296,8 @@ export type RunRecord =
   | ApprovalRequested
   | ApprovalDecided
   | HistoryCompacted
+  | UserMessaged
+  | TurnFinished
 
 /** The kind of a record. */
 export type RecordKind = RunRecord["_tag"]
@@ -263,7 +312,9 @@ export const recordKinds: ReadonlyArray<RecordKind> = [
   "RunFinished",
   "ApprovalRequested",
   "ApprovalDecided",
-  "HistoryCompacted"
+  "HistoryCompacted",
+  "UserMessaged",
+  "TurnFinished"
 ]
 
 /**
@@ -283,6 +334,10 @@ export const RunLog = Schema.Struct({
   approvals: Schema.Array(Schema.Union(ApprovalRequested, ApprovalDecided)),
   /** History compactions (design 0300), in write order; empty in logs of version 1 and 2. */
   compactions: Schema.Array(HistoryCompacted),
+  /** A conversation's messages after its task (design 0300), in write order; empty for a single-task run. */
+  userMessages: Schema.Array(UserMessaged),
+  /** A conversation's finished turns, in order; empty for a single-task run. */
+  turns: Schema.Array(TurnFinished),
   finished: Schema.OptionFromSelf(RunFinished)
 })
 /** @since 0.1.0 */
@@ -297,6 +352,8 @@ export const empty: RunLog = {
   resumes: [],
   approvals: [],
   compactions: [],
+  userMessages: [],
+  turns: [],
   finished: Option.none()
 }
 
@@ -309,7 +366,9 @@ export const isEmpty = (log: RunLog): boolean =>
   log.steps.length === 0 &&
   log.resumes.length === 0 &&
   log.approvals.length === 0 &&
-  log.compactions.length === 0
+  log.compactions.length === 0 &&
+  log.userMessages.length === 0 &&
+  log.turns.length === 0
 
 /** The number of records in the log: also the sequence number of the next record. */
 export const size = (log: RunLog): number =>
@@ -320,6 +379,8 @@ export const size = (log: RunLog): number =>
   log.resumes.length +
   log.approvals.length +
   log.compactions.length +
+  log.userMessages.length +
+  log.turns.length +
   (Option.isSome(log.finished) ? 1 : 0)
 
 /** The sequence number the next record must carry. */
@@ -335,6 +396,8 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
   const resumes: Array<RunResumed> = []
   const approvals: Array<ApprovalRecord> = []
   const compactions: Array<HistoryCompacted> = []
+  const userMessages: Array<UserMessaged> = []
+  const turns: Array<TurnFinished> = []
   for (const record of records) {
     switch (record._tag) {
       case "RunStarted":
@@ -362,9 +425,15 @@ export const fromRecords = (records: Iterable<RunRecord>): RunLog => {
       case "HistoryCompacted":
         compactions.push(record)
         break
+      case "UserMessaged":
+        userMessages.push(record)
+        break
+      case "TurnFinished":
+        turns.push(record)
+        break
     }
   }
-  return { started, replies, results: inCallOrder(results), steps, resumes, approvals, compactions, finished }
+  return { started, replies, results: inCallOrder(results), steps, resumes, approvals, compactions, userMessages, turns, finished }
 }
 
 /**
@@ -434,16 +503,30 @@ export const resultsByStep = (log: RunLog): ReadonlyMap<number, ReadonlyArray<Ac
 /**
  * The records of the steps before `step`, in sequence order: every record that carries a
  * `step` field lower than `step` (replies, results, step completions, and any record kind that
- * belongs to a step). The run's `RunStarted`, `RunResumed` and `RunFinished` are not included.
+ * belongs to a step), and a conversation's turns that ended by then with the messages that
+ * follow them. The run's `RunStarted`, `RunResumed` and `RunFinished` are not included.
  */
-export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunRecord> =>
-  records(log).filter((record) => "step" in record && typeof record.step === "number" && record.step < step)
+export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunRecord> => {
+  // A conversation's turns (design 0300): a turn that ended by then, and the message of the
+  // turn after it, which enters the history there.
+  const endedBy = new Set(log.turns.filter((t) => t.atStep <= step).map((t) => t.turn))
+  return records(log).filter((record) => {
+    switch (record._tag) {
+      case "TurnFinished":
+        return endedBy.has(record.turn)
+      case "UserMessaged":
+        return endedBy.has(record.turn - 1)
+      default:
+        return "step" in record && typeof record.step === "number" && record.step < step
+    }
+  })
+}
 
 /** All records of the log in sequence order. */
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
   const all: Array<RunRecord> = []
   if (Option.isSome(log.started)) all.push(log.started.value)
-  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals, ...log.compactions)
+  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals, ...log.compactions, ...log.userMessages, ...log.turns)
   if (Option.isSome(log.finished)) all.push(log.finished.value)
   return all.sort((a, b) => a.seq - b.seq)
 }

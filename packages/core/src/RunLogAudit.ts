@@ -69,6 +69,8 @@ export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
   let replied: number | undefined // the step replied to and not yet completed
   let finishedAt: number | undefined
   let compactedTo = 0 // the toStep of the last HistoryCompacted
+  let messagesSeen = 0 // a conversation's UserMessaged records so far
+  let turnsSeen = 0 // its TurnFinished records so far
   for (const record of records) {
     if (finishedAt !== undefined && record._tag !== "ApprovalRequested" && record._tag !== "ApprovalDecided") {
       problems.push(`record ${record.seq}: ${record._tag} after RunFinished (record ${finishedAt})`)
@@ -99,7 +101,19 @@ export const logProblems = (log: RunLog.RunLog): ReadonlyArray<string> => {
         if (record.toStep < compactedTo) problems.push(`record ${record.seq}: HistoryCompacted replaces fewer steps (${record.toStep}) than the one before it (${compactedTo})`)
         compactedTo = Math.max(compactedTo, record.toStep)
         break
+      case "UserMessaged":
+        // A conversation's messages are numbered 1, 2, … in write order (design 0300).
+        if (record.turn !== ++messagesSeen) problems.push(`record ${record.seq}: UserMessaged for turn ${record.turn} where turn ${messagesSeen} was next`)
+        if (Option.isNone(log.started) || log.started.value.conversation === undefined) problems.push(`record ${record.seq}: UserMessaged in a run that is not a conversation`)
+        break
+      case "TurnFinished":
+        if (record.turn !== turnsSeen) problems.push(`record ${record.seq}: TurnFinished of turn ${record.turn} where turn ${turnsSeen} was to finish`)
+        else if (record.turn > messagesSeen) problems.push(`record ${record.seq}: TurnFinished of turn ${record.turn} before its message`)
+        if (replied !== undefined) problems.push(`record ${record.seq}: TurnFinished while step ${replied} has a reply and no StepCompleted`)
+        turnsSeen++
+        break
       case "RunFinished":
+        if (Option.isSome(log.started) && log.started.value.conversation !== undefined) problems.push(`record ${record.seq}: RunFinished in a conversation (its turns end with TurnFinished)`)
         finishedAt = record.seq
         if (replied !== undefined) problems.push(`record ${record.seq}: RunFinished while step ${replied} has a reply and no StepCompleted`)
         if (record.counters.steps !== log.steps.length) {

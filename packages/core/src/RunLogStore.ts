@@ -188,6 +188,8 @@ export declare namespace RunLogStore {
     ) => Effect.Effect<void, StoreError | ConcurrentWriter>
     /** A history compaction (design 0300), before the request that uses it. */
     readonly appendCompaction: (runId: RunId, record: RunLog.HistoryCompacted) => Effect.Effect<void, StoreError | ConcurrentWriter>
+    /** A conversation's message or the end of one of its turns (design 0300). */
+    readonly appendTurn: (runId: RunId, record: RunLog.TurnRecord) => Effect.Effect<void, StoreError | ConcurrentWriter>
     readonly listRuns: (query?: ListRunsQuery) => Effect.Effect<ReadonlyArray<RunSummary>, StoreError>
     /** Exclusive ownership of a run for the life of the scope. */
     readonly claim: (runId: RunId) => Effect.Effect<void, RunBusy | StoreError, Scope.Scope>
@@ -431,6 +433,7 @@ export const make = (backend: Backend): RunLogStore.Service => {
     appendRecords: append,
     appendApprovals: (runId, records) => append(runId, records),
     appendCompaction: (runId, record) => append(runId, [record]),
+    appendTurn: (runId, record) => append(runId, [record]),
     listRuns: (query) => backend.listRuns(query ?? {}),
     claim: (runId) => backend.claim(runId),
     ...(backend.search === undefined ? {} : { searchRuns: backend.search }),
@@ -446,6 +449,7 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
     const agent = typeof snapshot?.agent?.name === "string" ? snapshot.agent.name : "?"
     let tokens = 0
     for (const reply of log.replies) tokens += totalTokens(reply.reply.usage)
+    for (const compaction of log.compactions) if (compaction.usage !== undefined) tokens += totalTokens(compaction.usage)
     let elapsed = 0
     for (const step of log.steps) elapsed += step.elapsed
     let effectiveSteps = 0

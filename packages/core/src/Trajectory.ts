@@ -168,6 +168,10 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
       i++
       const feedback: Array<Message.Message> = []
       while (i < messages.length && messages[i]!._tag !== "Assistant") feedback.push(messages[i++]!)
+      // A conversation's next message enters the history after the step its turn before ended
+      // at (design 0300): it is the person's step, not part of this step's observation.
+      const spoke = log.userMessages.filter((m) => log.turns.some((t) => t.turn === m.turn - 1 && t.atStep === k + 1))
+      feedback.splice(feedback.length - spoke.length, spoke.length)
       const completed = log.steps[k]!
       const decision = completed.decision
       const toolCalls = assistant.toolCalls.length > 0
@@ -217,6 +221,10 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
             : {})
         }
       })
+      for (const m of spoke) {
+        const at = iso(m.at)
+        steps.push({ step_id: steps.length + 1, ...(at === undefined ? {} : { timestamp: at }), source: "user", message: m.text, extra: { polyloop_turn: m.turn, message_id: m.messageId } })
+      }
     }
     const finished = Option.getOrUndefined(log.finished)
     return {

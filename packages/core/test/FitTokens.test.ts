@@ -13,6 +13,7 @@ import * as EventSink from "@polyloop/core/EventSink"
 import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as Ids from "@polyloop/core/Ids"
 import type * as Message from "@polyloop/core/Message"
+import type { ModelRequest } from "@polyloop/core/ModelClient"
 import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as Replay from "@polyloop/core/Replay"
@@ -22,6 +23,7 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as TokenCounter from "@polyloop/core/TokenCounter"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as Pairing from "@polyloop/testing/Pairing"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -53,8 +55,10 @@ const reported = (messages: ReadonlyArray<Message.Message>): number => {
 }
 
 /** `steps` replies reading one or two files, then an answer; usage reports the request's size. */
-const script = (steps: number): ScriptedModel.Script => (request, call) =>
-  call.step < steps
+const script = (steps: number) => (request: ModelRequest, call: ScriptedModel.Call): ModelReply.ModelReply =>
+  request.tools.length === 0
+    ? ModelReply.make({ text: `summary for step ${call.step}: ${request.messages[1]!.text.length} characters read`, usage: { inputTokens: 200, outputTokens: 10 } })
+    : call.step < steps
     ? ModelReply.make({
       text: "",
       toolCalls: call.step % 3 === 0
@@ -85,18 +89,7 @@ const runOnce = (runId: string, steps: number, history?: HistoryPolicy.HistoryPo
   })
 
 /** Every Assistant message with calls is followed by exactly one answer per call, in order, and no answer stands alone. */
-const assertPaired = (messages: ReadonlyArray<Message.Message>) => {
-  for (let i = 0; i < messages.length; i++) {
-    const m = messages[i]!
-    if (m._tag === "Tool") assert.fail(`message ${i} answers ${m.callId} without its call`)
-    if (m._tag !== "Assistant" || m.toolCalls.length === 0) continue
-    for (let k = 0; k < m.toolCalls.length; k++) {
-      const answer = messages[i + 1 + k]
-      assert.isTrue(answer !== undefined && answer._tag === "Tool" && answer.callId === m.toolCalls[k]!.id, `call ${m.toolCalls[k]!.id} of message ${i} is answered in order`)
-    }
-    i += m.toolCalls.length
-  }
-}
+const assertPaired = (messages: ReadonlyArray<Message.Message>) => assert.deepStrictEqual(Pairing.problems(messages), [])
 
 const approximateSize = (messages: ReadonlyArray<Message.Message>): number => {
   let n = TokenCounter.approximateCount(JSON.stringify(ToolRegistry.make(read).modelView()))
@@ -152,7 +145,7 @@ describe("fitTokens", () => {
         }
         if (s > 0) {
           // The last completed step is always sent.
-          const last = messages.findLast((m) => m._tag === "Assistant")
+          const last = [...messages].reverse().find((m) => m._tag === "Assistant")
           assert.isTrue(last !== undefined && last._tag === "Assistant" && stepOfCall(last.toolCalls[0]!.id) === s - 1)
         }
       }
@@ -164,7 +157,7 @@ describe("fitTokens", () => {
         assert.isAbove(c.requestTokens, fit.window - fit.headroom)
       }
       // Between two drops, each request extends the previous one (a stable prefix for caches).
-      const dropped = new Set(log.compactions.map((c) => c.step))
+      const dropped = new Set<number>(log.compactions.map((c) => c.step))
       for (let s = 1; s < requests.length; s++) {
         const previous = requests[s - 1]!.messages
         const extends_ = JSON.stringify(requests[s]!.messages.slice(0, previous.length)) === JSON.stringify([...previous])
@@ -196,7 +189,7 @@ describe("fitTokens", () => {
         const store = yield* RunLogStore.makeMemory
         const model = yield* ScriptedModel.make((request, call) =>
           Effect.map(Effect.succeed(script(30)), (f) => {
-            const reply = f(request, call) as ModelReply.ModelReply
+            const reply = f(request, call)
             return ModelReply.make({ text: reply.text, toolCalls: reply.toolCalls, usage: { inputTokens: reply.usage.inputTokens * 2, outputTokens: 1 } })
           }))
         const request = { runId: Ids.runId("calibrated-b"), agent: agentWith(fit, 35), task: "Read everything.", tools }
@@ -237,18 +230,24 @@ describe("fitTokens", () => {
     }))
 
   it.effect.prop(
-    "random runs, policies and kill points: every request pairs each call with its answer, and a resumed run sends the uninterrupted run's requests",
+    "random runs, policies (masking, summaries, budgets) and kill points: every request pairs each call with its answer, and a resumed run sends the uninterrupted run's requests",
     [
       fc.integer({ min: 2, max: 16 }),
       fc.integer({ min: 2_500, max: 9_000 }),
       fc.option(fc.record({ keepLast: fc.integer({ min: 0, max: 4 }), every: fc.integer({ min: 1, max: 4 }) }), { nil: undefined }),
       fc.double({ min: 0.3, max: 1, noNaN: true }),
-      fc.integer({ min: 0, max: 15 })
+      fc.integer({ min: 0, max: 15 }),
+      fc.option(fc.record({ triggerTokens: fc.integer({ min: 1_500, max: 6_000 }), keepLast: fc.integer({ min: 0, max: 3 }) }), { nil: undefined })
     ],
-    ([steps, window, mask, trimTo, killAt]) =>
+    ([steps, window, mask, trimTo, killAt, summary]) =>
       Effect.gen(function*() {
         const budget = HistoryPolicy.fitTokens({ window, headroom: 500, trimTo })
-        const history = mask === undefined ? budget : HistoryPolicy.compose(HistoryPolicy.maskObservations(mask), budget)
+        const parts = [
+          ...(mask === undefined ? [] : [HistoryPolicy.maskObservations(mask)]),
+          ...(summary === undefined ? [] : [HistoryPolicy.summarise(summary)]),
+          budget
+        ]
+        const history = parts.length === 1 ? budget : HistoryPolicy.compose(...parts)
         const reference = yield* runOnce("ref", steps, history)
         for (const request of reference.requests) assertPaired(request.messages)
         const { log, requests } = yield* killAndResume("cut", steps, history, Math.min(killAt, steps - 1))
@@ -322,6 +321,18 @@ describe("context_length_exceeded", () => {
       assert.deepStrictEqual(withoutSeq(cut.compactions), withoutSeq(log.compactions))
     }))
 
+  it.effect("streamed: a refused stream takes the same emergency step and the run completes", () =>
+    Effect.gen(function*() {
+      const history = HistoryPolicy.maskObservations({ keepLast: 3, every: 2 })
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(script(8), { ...refusal(5, 1), streaming: true })
+      const request = { runId: Ids.runId("streamed"), agent: agentWith(history, 12), task: "Read everything.", tools, streaming: true }
+      const result = yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      const log = yield* store.readLog(request.runId)
+      assert.deepStrictEqual(log.compactions.map((c) => [c.reason, c.step, c.toStep]), [["ContextExceeded", 5, 4]])
+    }))
+
   it.effect("refused again after the emergency step, or under keepAll: ContextWindowExceeded naming the window and the size; the log stays resumable", () =>
     Effect.gen(function*() {
       const twice = yield* Effect.gen(function*() {
@@ -352,5 +363,143 @@ describe("context_length_exceeded", () => {
         assert.isAbove(kept.requestTokens, 3 * lines * 10)
         assert.include(kept.message, "cannot shrink")
       }
+    }))
+})
+
+describe("summarise", () => {
+  const history = HistoryPolicy.summarise({ triggerTokens: 5_000, keepLast: 2 })
+  /** A summariser whose summary names the step and how much it read. */
+  const summariser = () =>
+    ScriptedModel.make((request, call) =>
+      ModelReply.make({ text: `SUMMARY@${call.step}: read ${request.messages[1]!.text.length} characters`, usage: { inputTokens: 1_000, outputTokens: 20 } }))
+
+  const runSummarising = (runId: string, steps: number, store: RunLogStore.RunLogStore.Service, options: {
+    readonly sink?: Layer.Layer<EventSink.EventSink>
+    readonly summariser: ScriptedModel.ScriptedModel
+    readonly model?: ScriptedModel.ScriptedModel
+  }) =>
+    Effect.gen(function*() {
+      const model = options.model ?? (yield* ScriptedModel.make(script(steps)))
+      const request = { runId: Ids.runId(runId), agent: agentWith(history, steps + 5), task: "Read everything.", tools }
+      const result = yield* Agent.run(request).pipe(
+        Effect.provide(Layer.mergeAll(services(store, options.sink), model.layer, Layer.succeed(HistoryPolicy.Summariser, options.summariser.client)))
+      )
+      return { result, model, request, log: yield* store.readLog(request.runId) }
+    })
+
+  it.effect("a summary replaces the oldest steps, recorded before the request with its fingerprint and usage; the usage counts in the run's tokens", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const writer = yield* summariser()
+      const { log, model, result } = yield* runSummarising("sum", 20, store, { summariser: writer })
+      assert.strictEqual(result.stopReason._tag, "Completed")
+      const summaries = log.compactions.filter((c) => c.summary !== undefined)
+      assert.isAbove(summaries.length, 1)
+      assert.strictEqual(yield* writer.calls, summaries.length)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+      const requests = (yield* model.requests).map((seen) => seen.request)
+      for (const c of summaries) {
+        assert.strictEqual(c.reason, "Threshold")
+        assert.isBelow(c.seq, log.replies[c.step]!.seq)
+        assert.strictEqual(c.toStep, c.step - 2)
+        // The request of its step carries the summary in place of the steps before toStep.
+        const sent = requests[c.step]!.messages
+        assert.deepStrictEqual(sent[2], { _tag: "User", text: `[summary of steps 0–${c.toStep - 1}]\n${c.summary}` })
+        assert.strictEqual(stepOfCall((sent[3] as Extract<Message.Message, { readonly _tag: "Assistant" }>).toolCalls[0]!.id), c.toStep)
+        assertPaired(sent)
+      }
+      // The summariser read the task, the previous summary and the steps it replaces, as text; no tools.
+      const asked = (yield* writer.requests).map((seen) => seen.request)
+      assert.deepStrictEqual(asked[0]!.tools, [])
+      assert.strictEqual(asked[0]!.messages[0]!._tag, "System")
+      assert.include(asked[0]!.messages[1]!.text, "Task: Read everything.")
+      assert.include(asked[1]!.messages[1]!.text, summaries[0]!.summary!)
+      // Each summary's usage counts: the run's tokens are its steps' and its summaries'.
+      const stepTokens = log.steps.reduce((n, s) => n + s.usage.inputTokens + s.usage.outputTokens, 0)
+      assert.strictEqual(result.usage.inputTokens + result.usage.outputTokens, stepTokens + summaries.length * 1_020)
+      assert.strictEqual(Option.getOrThrow(RunLogStore.summarize(log)).tokens, stepTokens + summaries.length * 1_020)
+    }))
+
+  it.effect("killed at every step boundary and inside a summary: the requests equal the uninterrupted run's; a recorded summary is never asked for again", () =>
+    Effect.gen(function*() {
+      const steps = 16
+      const refStore = yield* RunLogStore.makeMemory
+      const reference = yield* runSummarising("ref", steps, refStore, { summariser: yield* summariser() })
+      const summaries = reference.log.compactions.filter((c) => c.summary !== undefined)
+      for (let cut = 0; cut < steps; cut++) {
+        const store = yield* RunLogStore.makeMemory
+        const writer = yield* summariser()
+        const reached = yield* Deferred.make<void>()
+        const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === cut ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+        const fiber = yield* Effect.fork(runSummarising("cut", steps, store, { sink, summariser: writer }))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const { log } = yield* runSummarising("cut", steps, store, { summariser: writer })
+        assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.log.replies.map((r) => r.requestHash), `cut after step ${cut}`)
+        assert.deepStrictEqual(withoutSeq(log.compactions), withoutSeq(reference.log.compactions))
+        assert.strictEqual(yield* writer.calls, summaries.length, `the summariser is called once per summary (cut ${cut})`)
+      }
+      // Killed while the summariser writes: nothing was recorded, so the resume asks again — once.
+      const store = yield* RunLogStore.makeMemory
+      const inside = yield* Deferred.make<void>()
+      const blocked = yield* ScriptedModel.make(() => "never", { onCall: () => Effect.zipRight(Deferred.succeed(inside, undefined), Effect.never) })
+      const fiber = yield* Effect.fork(runSummarising("inside", steps, store, { summariser: blocked }))
+      yield* Deferred.await(inside)
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual((yield* store.readLog(Ids.runId("inside"))).compactions.length, 0)
+      const writer = yield* summariser()
+      const { log } = yield* runSummarising("inside", steps, store, { summariser: writer })
+      assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.log.replies.map((r) => r.requestHash))
+      assert.strictEqual(yield* writer.calls, summaries.length)
+    }), { timeout: 120_000 })
+
+  it.effect("a summarising run replays as identical without calling any summariser; the run's own model summarises when no Summariser is given", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const recorded = yield* runSummarising("sum-rec", 14, store, { summariser: yield* summariser() })
+      assert.isAbove(recorded.log.compactions.length, 0)
+      const replayStore = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded: recorded.log, request: { ...recorded.request, runId: Ids.runId("sum-replayed") } }).pipe(
+        Effect.provide(Layer.merge(services(replayStore), Layer.succeed(HistoryPolicy.Summariser, ScriptedModel.make([]).pipe(Effect.runSync).client)))
+      )
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(recorded.log) })
+
+      // No Summariser: the run's model is asked (its request has no tools and the summary prompt).
+      const own = yield* ScriptedModel.make((request, call) =>
+        request.tools.length === 0
+          ? ModelReply.make({ text: `own summary at ${call.step}` })
+          : (script(14) as (r: typeof request, c: typeof call) => ModelReply.ModelReply)(request, call))
+      const ownStore = yield* RunLogStore.makeMemory
+      const request = { runId: Ids.runId("own"), agent: agentWith(history, 19), task: "Read everything.", tools }
+      yield* Agent.run(request).pipe(Effect.provide(Layer.merge(services(ownStore), own.layer)))
+      const log = yield* ownStore.readLog(request.runId)
+      assert.isTrue(log.compactions.some((c) => c.summary?.startsWith("own summary at") === true))
+    }))
+})
+
+describe("forks of a compacting run", () => {
+  it.effect("a fork under the same policy continues with the parent's requests; a fork under another budget replays as itself", () =>
+    Effect.gen(function*() {
+      const parent = yield* runOnce("parent", 24, fit)
+      const at = parent.log.compactions[1]!.step + 2
+      const forkId = Ids.runId("child")
+      yield* Agent.fork({ from: parent.request.runId, atStep: at, runId: forkId }).pipe(Effect.provideService(RunLogStore.RunLogStore, parent.store))
+      const model = yield* ScriptedModel.make(script(24))
+      yield* Agent.run({ ...parent.request, runId: forkId }).pipe(Effect.provide(Layer.merge(services(parent.store), model.layer)))
+      const child = yield* parent.store.readLog(forkId)
+      assert.deepStrictEqual(child.replies.map((r) => r.requestHash), parent.log.replies.map((r) => r.requestHash))
+      assert.deepStrictEqual(withoutSeq(child.compactions), withoutSeq(parent.log.compactions))
+
+      // An ablation: the same copied steps under a smaller budget; the fork's own log replays as identical.
+      const smaller = agentWith(HistoryPolicy.fitTokens({ window: 6_000, headroom: 1_000 }), 29)
+      const ablationId = Ids.runId("ablation")
+      const forked = yield* Agent.fork({ from: parent.request.runId, atStep: at, runId: ablationId, agent: smaller }).pipe(Effect.provideService(RunLogStore.RunLogStore, parent.store))
+      assert.isTrue(forked.forkedFrom.differences.some((d) => d.path.startsWith("agent.history")))
+      const again = yield* ScriptedModel.make(script(24))
+      yield* Agent.run({ ...parent.request, runId: ablationId, agent: smaller }).pipe(Effect.provide(Layer.merge(services(parent.store), again.layer)))
+      const ablation = yield* parent.store.readLog(ablationId)
+      const replayStore = yield* RunLogStore.makeMemory
+      const comparison = yield* Replay.run({ recorded: ablation, request: { ...parent.request, runId: Ids.runId("ablation-replayed"), agent: smaller } }).pipe(Effect.provide(services(replayStore)))
+      assert.deepStrictEqual(comparison, { _tag: "Identical", records: RunLog.size(ablation) })
     }))
 })

@@ -22,6 +22,7 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as Pairing from "@polyloop/testing/Pairing"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -86,20 +87,7 @@ const sentCharacters = (messages: ReadonlyArray<Message.Message>): number => {
 const sha = (request: ModelRequest) => createHash("sha256").update(JSON.stringify([...request.messages])).digest("hex")
 
 /** Every Assistant message with calls is followed by exactly one answer per call, in order, and no answer stands alone. */
-const assertPaired = (messages: ReadonlyArray<Message.Message>) => {
-  for (let i = 0; i < messages.length; i++) {
-    const m = messages[i]!
-    if (m._tag === "Tool") {
-      assert.fail(`message ${i} answers ${m.callId} without its call`)
-    }
-    if (m._tag !== "Assistant" || m.toolCalls.length === 0) continue
-    for (let k = 0; k < m.toolCalls.length; k++) {
-      const answer = messages[i + 1 + k]
-      assert.isTrue(answer !== undefined && answer._tag === "Tool" && answer.callId === m.toolCalls[k]!.id, `call ${m.toolCalls[k]!.id} of message ${i} is answered in order`)
-    }
-    i += m.toolCalls.length
-  }
-}
+const assertPaired = (messages: ReadonlyArray<Message.Message>) => assert.deepStrictEqual(Pairing.problems(messages), [])
 
 describe("maskObservations", () => {
   it.effect("old observations are masked with a placeholder naming what was omitted; the last ones and the log are verbatim", () =>

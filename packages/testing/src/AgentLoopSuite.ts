@@ -14,7 +14,8 @@
  * `outcomes.ts` (what replies and actions become, completion), `failures.ts` (model, store,
  * parser and executor failures), `interruption.ts` (interruption and resume at every step
  * boundary), `claims.ts` (idempotence, claims, refused requests), `budgets.ts`, `history.ts`
- * (what the model sees), `events.ts`, `parallel.ts` (several tool calls in one reply, design 0150). They share `fixtures.ts` (parser, tools, sinks,
+ * (what the model sees), `events.ts`, `parallel.ts` (several tool calls in one reply, design 0150),
+ * `approvals.ts`, `conversations.ts` (`Agent.send`'s turns, design 0300). They share `fixtures.ts` (parser, tools, sinks,
  * executors) and `harness.ts` (`Harness`, `SuiteContext`, shared helpers).
  *
  * Adding a concern: write `internal/loop/<concern>.ts` exporting
@@ -35,6 +36,7 @@ import type * as Layer from "effect/Layer"
 import * as Approvals from "./internal/loop/approvals.js"
 import * as Budgets from "./internal/loop/budgets.js"
 import * as Claims from "./internal/loop/claims.js"
+import * as Conversations from "./internal/loop/conversations.js"
 import * as Events from "./internal/loop/events.js"
 import * as Failures from "./internal/loop/failures.js"
 import { parser } from "./internal/loop/fixtures.js"
@@ -61,7 +63,8 @@ const concerns: ReadonlyArray<Concern> = [
   History.register,
   Events.register,
   Parallel.register,
-  Approvals.register
+  Approvals.register,
+  Conversations.register
 ]
 
 /**

@@ -50,6 +50,11 @@ export * as RunLogStoreContract from "./RunLogStoreContract.js"
 export * as ScriptedModel from "./ScriptedModel.js"
 
 /**
+ * Is a request valid for every provider (design 0300)? `Pairing.problems(messages)`: every call answered once, in order, no answer without its call.
+ */
+export * as Pairing from "./Pairing.js"
+
+/**
  * A tracer that keeps every span it makes, to test a program's spans without an OpenTelemetry SDK: `const recorder = yield* SpanRecorder.make`, run the program under `Effect.withTracer(recorder.tracer)`, then read `recorder.spans` (names, parents, attributes, kinds). The spans are Effect's own (the built-in tracer makes them), so a program traced by it pays what it pays under any tracer other than the built-in one — polyloop's per-step spans are made.
  */
 export * as SpanRecorder from "./SpanRecorder.js"

@@ -41,6 +41,8 @@ export interface Run {
   readonly fingerprint: Fingerprint.Fingerprinter
   /** Renders the requests under a history policy (design 0300); undefined: keep everything. */
   readonly renderer: Rendering.Renderer | undefined
+  /** Writes summaries for `summarise` (design 0300): `HistoryPolicy.Summariser` if provided, the run's model otherwise. */
+  readonly summariser: ModelClient.Service
   readonly maxDurationMillis: number | undefined
   /** Whether a step runs several actions of one reply (`parallelToolCalls`, resolved). */
   readonly parallel: boolean
@@ -57,6 +59,10 @@ export interface Run {
   state: State.State
   /** The approvals of the pending step being resumed (design 0160), set by `Agent.run` before it resumes. */
   gate: Gate | undefined
+  /** A conversation (design 0300): a turn ends with `TurnFinished`, never `RunFinished`. */
+  readonly conversation: boolean
+  /** A conversation's queued and held messages (design 0300, decision 8). */
+  inbox: import("../Agent.js").Inbox | undefined
 }
 
 /**

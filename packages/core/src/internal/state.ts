@@ -41,6 +41,23 @@ export interface State {
   readonly compactions: Array<RunLog.HistoryCompacted>
   /** The provider's input tokens of the last completed step's reply. */
   lastInputTokens: number
+  /** The turn in progress (design 0300; 0 for a single-task run, and for a conversation's task). */
+  turn: number
+  /** Whether the current turn has its `TurnFinished` (a conversation waiting for a message). */
+  turnFinished: boolean
+  /** The counters when the current turn started: a turn's budget counts from there. */
+  turnStart: TurnStart
+  /** The indices in `messages` of the conversation's user messages after the task (never masked, never dropped). */
+  readonly turnMessages: Array<number>
+}
+
+/** Counters at the start of a turn. @internal */
+export interface TurnStart {
+  readonly steps: number
+  readonly effectiveSteps: number
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly elapsed: number
 }
 
 /** The state of a fresh run, whose `RunStarted` has sequence number 0. @internal */
@@ -58,8 +75,31 @@ export const fresh = (messages: History.Messages): State => ({
   modelElapsed: undefined,
   last: undefined,
   compactions: [],
-  lastInputTokens: 0
+  lastInputTokens: 0,
+  turn: 0,
+  turnFinished: false,
+  turnStart: { steps: 0, effectiveSteps: 0, inputTokens: 0, outputTokens: 0, elapsed: 0 },
+  turnMessages: []
 })
+
+/**
+ * Starts turn `message.turn` of a conversation: its message enters the history, the stop
+ * judgment forgets the last turn's last step, and the turn's budget counts from here. @internal
+ */
+export const startTurn = (state: State, message: RunLog.UserMessaged): void => {
+  state.turnMessages.push(state.messages.length)
+  state.messages.push({ _tag: "User", text: message.text })
+  state.turn = message.turn
+  state.turnFinished = false
+  state.last = undefined
+  state.turnStart = {
+    steps: state.steps,
+    effectiveSteps: state.effectiveSteps,
+    inputTokens: state.inputTokens,
+    outputTokens: state.outputTokens,
+    elapsed: state.elapsed
+  }
+}
 
 /** Is one of the results `Executed` (the step is effective)? @internal */
 export const isEffective = (results: ReadonlyArray<RunLog.ActionResulted>): boolean => {
@@ -95,6 +135,22 @@ export interface Rebuilt {
   readonly interruptedResults: ReadonlyArray<RunLog.ActionResulted>
 }
 
+/**
+ * Finishes and starts turns while the log says so at the current step: turn t's end is its
+ * `TurnFinished` (at `atStep` completed steps); turn t+1's message enters the history there. A
+ * message whose turn before has not finished is held (not applied). @internal
+ */
+const startTurns = (state: State, log: RunLog.RunLog): void => {
+  for (;;) {
+    const ended = log.turns[state.turn]
+    if (ended === undefined || ended.turn !== state.turn || ended.atStep !== state.steps) return
+    state.turnFinished = true
+    const message = log.userMessages[state.turn]
+    if (message === undefined || message.turn !== state.turn + 1) return
+    startTurn(state, message)
+  }
+}
+
 const corrupt = (runId: RunId, message: string) =>
   Effect.fail(new StoreError({ reason: "Corrupt", runId, message: `run ${runId}: ${message}` }))
 
@@ -113,6 +169,7 @@ export const rebuild = (
 ): Effect.Effect<Rebuilt, StoreError> =>
   Effect.suspend(() => {
     const state = fresh(messages)
+    startTurns(state, log)
     const results = log.results
     let resultIndex = 0
     for (let i = 0; i < log.steps.length; i++) {
@@ -131,6 +188,7 @@ export const rebuild = (
       }
       resultIndex += ids.length
       applyStep(state, reply.reply, step, own, texts)
+      startTurns(state, log)
     }
     if (log.replies.length > log.steps.length + 1) return corrupt(runId, "more than one model reply without a completed step")
     const pending = log.replies[log.steps.length]
@@ -148,10 +206,15 @@ export const rebuild = (
         return corrupt(runId, `the history compaction at record ${compaction.seq} (step ${compaction.step}, steps before ${compaction.toStep}) does not fit the log`)
       }
       state.compactions.push(compaction)
+      // A summary's model call counts in the run's tokens.
+      if (compaction.usage !== undefined) {
+        state.inputTokens += compaction.usage.inputTokens
+        state.outputTokens += compaction.usage.outputTokens
+      }
     }
     state.resumedCount = log.resumes.length
     state.seq =
       (Option.isSome(log.started) ? 1 : 0) + log.replies.length + log.results.length + log.steps.length + log.resumes.length +
-      log.approvals.length + log.compactions.length
+      log.approvals.length + log.compactions.length + log.userMessages.length + log.turns.length
     return Effect.succeed({ state, interrupted: Option.fromNullable(pending), interruptedResults })
   })

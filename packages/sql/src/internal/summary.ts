@@ -46,6 +46,10 @@ export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDe
     case "ModelReplied":
       delta.tokens += totalTokens(record.reply.usage)
       break
+    case "HistoryCompacted":
+      // A summary's model call (design 0300) counts in the run's tokens.
+      if (record.usage !== undefined) delta.tokens += totalTokens(record.usage)
+      break
     case "StepCompleted":
       // A step is effective when one of its actions was Executed (design 0150): the step
       // record says so, as the results of a step may be written in several appends.
