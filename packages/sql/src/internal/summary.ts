@@ -36,6 +36,8 @@ export interface RecordDelta {
   steps: number
   effectiveSteps: number
   tokens: number
+  /** The replies' input tokens (design 0343). */
+  inputTokens: number
   elapsed: number
   finished: RunLog.RunFinished | undefined
 }
@@ -45,6 +47,7 @@ export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDe
   switch (record._tag) {
     case "ModelReplied":
       delta.tokens += totalTokens(record.reply.usage)
+      delta.inputTokens += record.reply.usage.inputTokens
       break
     case "StepCompleted":
       // A step is effective when one of its actions was Executed (design 0150): the step
@@ -63,7 +66,7 @@ export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDe
 }
 
 /** A delta that adds nothing. */
-export const emptyDelta = (): RecordDelta => ({ steps: 0, effectiveSteps: 0, tokens: 0, elapsed: 0, finished: undefined })
+export const emptyDelta = (): RecordDelta => ({ steps: 0, effectiveSteps: 0, tokens: 0, inputTokens: 0, elapsed: 0, finished: undefined })
 
 /** What an append adds to the run's summary row. */
 export const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>): RecordDelta => {
@@ -71,6 +74,27 @@ export const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>): 
   for (const { record } of records) addDelta(delta, record)
   return delta
 }
+
+/** The `RunStarted` columns of the summary row (design 0343), in the order of `startedColumns`. */
+export const startedColumns = "snapshot_hash, model, forked_from, fork_step, fork_differences"
+
+/** The values of `startedColumns` for a `RunStarted` record. */
+export const startedValues = (record: RunLog.RunStarted): ReadonlyArray<string | number | null> => [
+  record.snapshotHash,
+  RunLogStore.modelOf(record.snapshot),
+  record.forkedFrom?.runId ?? null,
+  record.forkedFrom?.step ?? null,
+  record.forkedFrom === undefined ? null : record.forkedFrom.differences.length
+]
+
+/** The `RunFinished` counters of the summary row (design 0343): steps, effective steps, input and output tokens, resumes. */
+export const finishedValues = (record: RunLog.RunFinished): ReadonlyArray<number> => [
+  record.counters.steps,
+  record.counters.effectiveSteps,
+  record.counters.usage.inputTokens,
+  record.counters.usage.outputTokens,
+  record.counters.resumedCount
+]
 
 /** The agent's name a `RunStarted` record carries, for the summary row ("?" if it has none). */
 export const agentOf = (record: RunLog.RunRecord): string =>
@@ -100,8 +124,26 @@ const SummaryRow = Schema.Struct({
   tokens: Numeric,
   started_at: Numeric,
   finished_at: Schema.NullOr(Numeric),
-  elapsed: Numeric
+  elapsed: Numeric,
+  // Version 5 (design 0343); null in a row written before it and not backfilled (never, after the migration).
+  snapshot_hash: Schema.NullOr(Schema.String),
+  model: Schema.NullOr(Schema.String),
+  forked_from: Schema.NullOr(Schema.String),
+  fork_step: Schema.NullOr(Numeric),
+  fork_differences: Schema.NullOr(Numeric),
+  input_tokens: Numeric,
+  fin_steps: Schema.NullOr(Numeric),
+  fin_effective_steps: Schema.NullOr(Numeric),
+  fin_input_tokens: Schema.NullOr(Numeric),
+  fin_output_tokens: Schema.NullOr(Numeric),
+  fin_resumed: Schema.NullOr(Numeric)
 })
+
+/** The columns `decodeSummaries` reads, for a `SELECT` from `polyloop_runs` aliased `r` (the status apart). */
+export const selectedColumns =
+  "r.run_id, r.agent, r.stop_reason, r.steps, r.effective_steps, r.tokens, r.started_at, r.finished_at, r.elapsed, " +
+  "r.snapshot_hash, r.model, r.forked_from, r.fork_step, r.fork_differences, r.input_tokens, " +
+  "r.fin_steps, r.fin_effective_steps, r.fin_input_tokens, r.fin_output_tokens, r.fin_resumed"
 
 const decodeSummaryRows = Schema.decodeUnknown(Schema.Array(SummaryRow))
 
@@ -129,7 +171,25 @@ export const decodeSummaries = (
         tokens: row.tokens,
         startedAt: row.started_at,
         finishedAt: Option.fromNullable(row.finished_at),
-        elapsed: row.elapsed
+        elapsed: row.elapsed,
+        ...(row.snapshot_hash === null ? {} : {
+          snapshotHash: row.snapshot_hash,
+          model: row.model,
+          forkedFrom: row.forked_from === null
+            ? null
+            : { runId: row.forked_from, step: row.fork_step ?? 0, differences: row.fork_differences ?? 0 },
+          inputTokens: row.input_tokens,
+          outputTokens: row.tokens - row.input_tokens,
+          counters: row.fin_steps === null
+            ? null
+            : {
+              steps: row.fin_steps,
+              effectiveSteps: row.fin_effective_steps ?? 0,
+              inputTokens: row.fin_input_tokens ?? 0,
+              outputTokens: row.fin_output_tokens ?? 0,
+              resumedCount: row.fin_resumed ?? 0
+            }
+        })
       }))
     )
   )
