@@ -285,7 +285,7 @@ export const app = (
           const query = yield* HttpServerRequest.schemaSearchParams(RunsList.RunsQuery)
           const store = yield* RunLogStore.RunLogStore
           const all = yield* store.listRuns()
-          return HttpServerResponse.unsafeJson(RunsList.page(query, all))
+          return HttpServerResponse.unsafeJson(RunsList.page(query, all, options.prices))
         }))
       ),
       HttpRouter.get(
