@@ -126,6 +126,23 @@ describe("schema version 5 on a SQLite store written at version 4", () => {
     }))
 })
 
+describe("summary rows that do not decode", () => {
+  it.scoped("a summary row changed behind the store's back (a stop reason, a count, a status) is StoreError Decode naming the column", () =>
+    Effect.gen(function*() {
+      for (const [column, value, named] of [["stop_reason", '{"_tag":"Nope"}', "stop_reason"], ["fin_steps", "many", "fin_steps"], ["status", "Lost", "status"]] as const) {
+        const file = yield* copyOfFixture
+        const store = yield* openStore(file)
+        assert.strictEqual((yield* store.listRuns()).length, 4)
+        const sql = yield* openClient(file)
+        yield* sql.unsafe(`UPDATE polyloop_runs SET ${column} = ? WHERE run_id = 's4-fork'`, [value])
+        const error = yield* Effect.flip(store.listRuns())
+        assert.strictEqual(error.reason, "Decode", column)
+        assert.include(error.message, "a run summary does not decode")
+        assert.include(error.message, named)
+      }
+    }))
+})
+
 describe.sequential("schema version 5 on a PostgreSQL store at version 4 holding the fixture's rows", () => {
   it.scopedLive("migrated: every summary carries the details, equal to summarize's; appends keep them", () =>
     Effect.gen(function*() {

@@ -147,49 +147,122 @@ export const selectedColumns =
 
 const decodeSummaryRows = Schema.decodeUnknown(Schema.Array(SummaryRow))
 
+type Row = typeof SummaryRow.Type
+
+const toSummary = (row: Row): RunLogStore.RunSummary => ({
+  runId: row.run_id,
+  agent: row.agent,
+  status: row.status,
+  stopReason: Option.fromNullable(row.stop_reason),
+  steps: row.steps,
+  effectiveSteps: row.effective_steps,
+  tokens: row.tokens,
+  startedAt: row.started_at,
+  finishedAt: Option.fromNullable(row.finished_at),
+  elapsed: row.elapsed,
+  ...(row.snapshot_hash === null ? {} : {
+    snapshotHash: row.snapshot_hash,
+    model: row.model,
+    forkedFrom: row.forked_from === null
+      ? null
+      : { runId: row.forked_from, step: row.fork_step ?? 0, differences: row.fork_differences ?? 0 },
+    inputTokens: row.input_tokens,
+    outputTokens: row.tokens - row.input_tokens,
+    counters: row.fin_steps === null
+      ? null
+      : {
+        steps: row.fin_steps,
+        effectiveSteps: row.fin_effective_steps ?? 0,
+        inputTokens: row.fin_input_tokens ?? 0,
+        outputTokens: row.fin_output_tokens ?? 0,
+        resumedCount: row.fin_resumed ?? 0
+      }
+  })
+})
+
+/** A numeric column as `Numeric` reads it (a number, or the text of one: PostgreSQL's `bigint`); undefined otherwise. */
+const numeric = (value: unknown): number | undefined => {
+  if (typeof value === "number") return value
+  if (typeof value !== "string" || value.trim() === "") return undefined
+  const n = Number(value)
+  return Number.isNaN(n) ? undefined : n
+}
+
+const nullableNumeric = (value: unknown): number | null | undefined => value === null ? null : numeric(value)
+const nullableText = (value: unknown): string | null | undefined => value === null || typeof value === "string" ? value : undefined
+const statuses: ReadonlySet<unknown> = new Set<unknown>(RunLogStore.RunStatus.literals)
+const decodeStopReason = Schema.decodeUnknownEither(Schema.parseJson(StopReason))
+
+/**
+ * The rows decoded without running `SummaryRow` on each (a listing is thousands of rows, and
+ * Schema's decoding was most of its time): each column checked as `SummaryRow` checks it, each
+ * distinct stop reason's JSON decoded once. Undefined at the first row that does not pass, so the
+ * caller decodes with the schema and reports what is wrong.
+ */
+const decodeFast = (rows: ReadonlyArray<unknown>): Array<RunLogStore.RunSummary> | undefined => {
+  const reasons = new Map<string, StopReason>()
+  const out: Array<RunLogStore.RunSummary> = new Array(rows.length)
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i] as Record<string, unknown> | null
+    if (typeof r !== "object" || r === null) return undefined
+    let stopReason: StopReason | null = null
+    if (r["stop_reason"] !== null) {
+      const text = r["stop_reason"]
+      if (typeof text !== "string") return undefined
+      const known = reasons.get(text)
+      if (known === undefined) {
+        const decoded = decodeStopReason(text)
+        if (decoded._tag === "Left") return undefined
+        reasons.set(text, decoded.right)
+        stopReason = decoded.right
+      } else stopReason = known
+    }
+    const row = {
+      run_id: r["run_id"],
+      agent: r["agent"],
+      status: r["status"],
+      stop_reason: stopReason,
+      steps: numeric(r["steps"]),
+      effective_steps: numeric(r["effective_steps"]),
+      tokens: numeric(r["tokens"]),
+      started_at: numeric(r["started_at"]),
+      finished_at: nullableNumeric(r["finished_at"]),
+      elapsed: numeric(r["elapsed"]),
+      snapshot_hash: nullableText(r["snapshot_hash"]),
+      model: nullableText(r["model"]),
+      forked_from: nullableText(r["forked_from"]),
+      fork_step: nullableNumeric(r["fork_step"]),
+      fork_differences: nullableNumeric(r["fork_differences"]),
+      input_tokens: numeric(r["input_tokens"]),
+      fin_steps: nullableNumeric(r["fin_steps"]),
+      fin_effective_steps: nullableNumeric(r["fin_effective_steps"]),
+      fin_input_tokens: nullableNumeric(r["fin_input_tokens"]),
+      fin_output_tokens: nullableNumeric(r["fin_output_tokens"]),
+      fin_resumed: nullableNumeric(r["fin_resumed"])
+    }
+    if (typeof row.run_id !== "string" || typeof row.agent !== "string" || !statuses.has(row.status)) return undefined
+    for (const value of Object.values(row)) if (value === undefined) return undefined
+    out[i] = toSummary(row as Row)
+  }
+  return out
+}
+
 /** Rows of `polyloop_runs` (all the summary's columns) as `RunSummary`s; a row that does not decode is `StoreError { reason: "Decode" }`. */
 export const decodeSummaries = (
   rows: ReadonlyArray<unknown>,
   path: string | undefined
 ): Effect.Effect<ReadonlyArray<RunLogStore.RunSummary>, StoreError> =>
-  decodeSummaryRows(rows).pipe(
-    Effect.mapError((error) =>
-      new StoreError({
-        reason: "Decode",
-        ...(path === undefined ? {} : { path }),
-        message: `a run summary does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
-      })
-    ),
-    Effect.map((decoded) =>
-      decoded.map((row): RunLogStore.RunSummary => ({
-        runId: row.run_id,
-        agent: row.agent,
-        status: row.status,
-        stopReason: Option.fromNullable(row.stop_reason),
-        steps: row.steps,
-        effectiveSteps: row.effective_steps,
-        tokens: row.tokens,
-        startedAt: row.started_at,
-        finishedAt: Option.fromNullable(row.finished_at),
-        elapsed: row.elapsed,
-        ...(row.snapshot_hash === null ? {} : {
-          snapshotHash: row.snapshot_hash,
-          model: row.model,
-          forkedFrom: row.forked_from === null
-            ? null
-            : { runId: row.forked_from, step: row.fork_step ?? 0, differences: row.fork_differences ?? 0 },
-          inputTokens: row.input_tokens,
-          outputTokens: row.tokens - row.input_tokens,
-          counters: row.fin_steps === null
-            ? null
-            : {
-              steps: row.fin_steps,
-              effectiveSteps: row.fin_effective_steps ?? 0,
-              inputTokens: row.fin_input_tokens ?? 0,
-              outputTokens: row.fin_output_tokens ?? 0,
-              resumedCount: row.fin_resumed ?? 0
-            }
+  Effect.suspend(() => {
+    const fast = decodeFast(rows)
+    if (fast !== undefined) return Effect.succeed(fast)
+    return decodeSummaryRows(rows).pipe(
+      Effect.mapError((error) =>
+        new StoreError({
+          reason: "Decode",
+          ...(path === undefined ? {} : { path }),
+          message: `a run summary does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
         })
-      }))
+      ),
+      Effect.map((decoded) => decoded.map(toSummary))
     )
-  )
+  })
