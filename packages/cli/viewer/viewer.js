@@ -154,7 +154,7 @@ const renderList = (data, params) => {
     select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
     select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
-    el("span", { class: "muted", id: "totals" }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
+    el("span", { class: "muted", id: "totals", "data-tokens": String(data.totals.tokens), "data-cost": data.totals.cost ? String(data.totals.cost.amount) : undefined }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
   )
   filters.addEventListener("change", (event) => {
     const next = listParams()
@@ -185,7 +185,7 @@ const renderList = (data, params) => {
       el("td", { class: "num" }, run.steps),
       el("td", { class: "num" }, run.effectiveSteps),
       el("td", { class: "num" }, run.tokens),
-      data.totals.cost ? el("td", { class: "num cost" }, run.cost === null ? el("span", { class: "muted", title: "the price table prices neither this run's model nor *" }, "unpriced") : money(run.cost, data.totals.cost.currency)) : null,
+      data.totals.cost ? el("td", { class: "num cost", "data-cost": run.cost === null ? "unpriced" : String(run.cost) }, run.cost === null ? el("span", { class: "muted", title: "the price table prices neither this run's model nor *" }, "unpriced") : money(run.cost, data.totals.cost.currency)) : null,
       el("td", { class: "mono" }, time(run.startedAt)),
       el("td", { class: "num" }, duration(run.elapsed))
     )
