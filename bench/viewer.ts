@@ -17,6 +17,7 @@
  * `bench/results.viewer.json` (or `--out`) with the machine and its load; see `VIEWER.md`.
  */
 import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as SqlClient from "@effect/sql/SqlClient"
 import * as Serve from "@polyloop/cli/Serve"
 import * as Ids from "@polyloop/core/Ids"
 import * as RunLog from "@polyloop/core/RunLog"
@@ -83,6 +84,24 @@ const main = Effect.gen(function*() {
     }
   }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: file }))))
   const fillSeconds = round((now() - fillStarted) / 1000, 1)
+  // The migration to schema version 5 (design 0343) on this store: a copy taken back to version 4's
+  // columns (the new ones dropped, the version unrecorded), then opened: the backfill's time.
+  const copy = path.join(dir, "schema-4.db")
+  fs.copyFileSync(file, copy)
+  yield* Effect.scoped(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // The trigger names the new columns: it goes while they are dropped (version 5 makes it again).
+    yield* sql`DROP TRIGGER polyloop_append_insert`
+    for (const column of ["snapshot_hash", "model", "forked_from", "fork_step", "fork_differences", "input_tokens", "fin_steps", "fin_effective_steps", "fin_input_tokens", "fin_output_tokens", "fin_resumed"]) {
+      yield* sql.unsafe(`ALTER TABLE polyloop_runs DROP COLUMN ${column}`)
+    }
+    yield* sql.unsafe("CREATE TRIGGER polyloop_append_insert INSTEAD OF INSERT ON polyloop_append BEGIN SELECT 1; END")
+    yield* sql`DELETE FROM polyloop_migrations WHERE migration_id = 5`
+  }).pipe(Effect.provide(SqlRunLogStore.layerSqliteClient({ filename: copy }))))
+  const migrationStarted = now()
+  yield* Effect.scoped(Effect.asVoid(RunLogStore.RunLogStore).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: copy }))))
+  const migrationSeconds = round((now() - migrationStarted) / 1000, 2)
+  fs.rmSync(copy, { force: true })
   const before = memory()
   /**
    * The server's answers on the store; `bare`: over summaries without the details of design 0343
@@ -131,6 +150,7 @@ const main = Effect.gen(function*() {
     machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model ?? "?", node: process.version, loadavg: os.loadavg().map((l) => round(l, 1)) },
     runs,
     fillSeconds,
+    migrationSeconds,
     figures,
     withoutDetails: bare,
     memory: { before, after },
