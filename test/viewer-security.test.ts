@@ -24,10 +24,12 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 import * as Scenario from "./support/viewer-scenario.js"
 
 const token = "a".repeat(64)
@@ -470,4 +472,36 @@ describe("polyloop serve --socket (design 0340, amended): a Unix socket only its
       assert.strictEqual(both.reason, "InvalidOption")
       assert.isFalse(fs.existsSync(path.join(dir, "s.sock")))
     }).pipe(Effect.provide(Layer.mergeAll(storeLayer, NodeContext.layer))))
+})
+
+describe("polyloop serve --socket, the command", () => {
+  it.scopedLive("prints the socket and answers through it without a token; the file is 0600", () =>
+    Effect.gen(function*() {
+      const dir = yield* Effect.acquireRelease(
+        Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-socket-cli-"))),
+        (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+      )
+      const db = path.join(dir, "runs.db")
+      yield* Scenario.run("budget", "cli-socket-run").pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
+      const socket = path.join(dir, "viewer.sock")
+      const launcher = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "packages/cli/bin/polyloop.js")
+      const child = yield* Effect.acquireRelease(
+        Effect.sync(() => spawn(process.execPath, [launcher, "serve", "--db", db, "--socket", socket], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })),
+        (child) => Effect.sync(() => child.kill("SIGKILL"))
+      )
+      const printed = yield* Effect.async<string>((resume) => {
+        let stdout = ""
+        child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+          stdout += chunk
+          if (stdout.includes("no token is asked for")) resume(Effect.succeed(stdout))
+        })
+        child.on("close", (code) => resume(Effect.dieMessage(`serve exited (${code}): ${stdout}`)))
+      })
+      assert.include(printed, `polyloop viewer on the Unix socket ${socket}`)
+      assert.notInclude(printed, "token=")
+      assert.strictEqual(fs.statSync(socket).mode & 0o777, 0o600)
+      const runs = yield* overSocket(socket, "GET", "/api/runs")
+      assert.strictEqual(runs.status, 200, runs.body)
+      assert.deepStrictEqual((JSON.parse(runs.body) as { readonly runs: ReadonlyArray<{ readonly runId: string }> }).runs.map((r) => r.runId), ["cli-socket-run"])
+    }))
 })

@@ -32,7 +32,10 @@
  * server keeps it in an `HttpOnly; SameSite=Strict` cookie; scripts send
  * `Authorization: Bearer <token>`. Live streams share one poller per run. It binds 127.0.0.1 by
  * default and refuses a non-loopback address unless `exposed` is set (the command sets it only
- * for an explicit `--host`). Design: docs/design/0190-viewer.md, docs/design/0340-viewer-security.md.
+ * for an explicit `--host`). With `socket` it listens on a Unix socket made 0600 instead, and
+ * asks no token (reaching the socket authenticates). The runs list, the statistics and a run's
+ * forks are answered from the store's summaries (design 0343). Design: docs/design/0190-viewer.md,
+ * docs/design/0340-viewer-security.md, docs/design/0343-summary-columns.md.
  *
  * @since 0.1.0
  */
