@@ -8,14 +8,16 @@
  * The store is filled once (real runs of the benchmark agent at 1 to 8 steps, one of each made
  * by `Agent.run` in memory, then copied under 10,000 run ids with `appendRecords`, one commit per
  * run); then a real server (`Serve.serve`, loopback, a token) answers over HTTP: the runs list
- * (first page, a filtered page, a far page), the statistics (`/api/stats`, every finished run's
- * log read by the first request into the server's index of finished runs, only new ones after),
- * a search (`/api/search`, the store's own query). Each figure is the median wall time of 5
+ * (first page, a filtered page, a far page), the statistics (`/api/stats`),
+ * a search (`/api/search`, the store's own query), a run's forks (`/api/runs/<id>/forks`), the
+ * list with each run's cost and the totals (a price table given). Since design 0343 the statistics
+ * and the forks are answered from the summary rows (one query, no log read). Each figure is the median wall time of 5
  * requests after 2 unrecorded ones, with the first request's time apart; memory is the process's RSS and V8 heap after a
  * full GC, before the server starts and after the last request. Results go to
  * `bench/results.viewer.json` (or `--out`) with the machine and its load; see `VIEWER.md`.
  */
 import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as SqlClient from "@effect/sql/SqlClient"
 import * as Serve from "@polyloop/cli/Serve"
 import * as Ids from "@polyloop/core/Ids"
 import * as RunLog from "@polyloop/core/RunLog"
@@ -40,6 +42,17 @@ const memory = () => {
   const usage = process.memoryUsage()
   return { rssMB: round(usage.rss / 1048576, 1), heapUsedMB: round(usage.heapUsed / 1048576, 1) }
 }
+
+/** The store in context with the summaries' details (design 0343) taken off: how a store without them is answered. */
+const withoutDetails = Layer.effect(
+  RunLogStore.RunLogStore,
+  Effect.map(RunLogStore.RunLogStore, (store): RunLogStore.RunLogStore.Service => ({
+    ...store,
+    listRuns: (query) =>
+      Effect.map(store.listRuns(query), (summaries) =>
+        summaries.map(({ counters: _c, forkedFrom: _f, inputTokens: _i, model: _m, outputTokens: _o, snapshotHash: _s, ...rest }) => rest))
+  }))
+)
 
 /** One finished run per step budget 1 … 8, made by the loop in memory: the templates. */
 const templates = Effect.gen(function*() {
@@ -71,9 +84,32 @@ const main = Effect.gen(function*() {
     }
   }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: file }))))
   const fillSeconds = round((now() - fillStarted) / 1000, 1)
+  // The migration to schema version 5 (design 0343) on this store: a copy taken back to version 4's
+  // columns (the new ones dropped, the version unrecorded), then opened: the backfill's time.
+  const copy = path.join(dir, "schema-4.db")
+  fs.copyFileSync(file, copy)
+  yield* Effect.scoped(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // The trigger names the new columns: it goes while they are dropped (version 5 makes it again).
+    yield* sql`DROP TRIGGER polyloop_append_insert`
+    for (const column of ["snapshot_hash", "model", "forked_from", "fork_step", "fork_differences", "input_tokens", "fin_steps", "fin_effective_steps", "fin_input_tokens", "fin_output_tokens", "fin_resumed"]) {
+      yield* sql.unsafe(`ALTER TABLE polyloop_runs DROP COLUMN ${column}`)
+    }
+    yield* sql.unsafe("CREATE TRIGGER polyloop_append_insert INSTEAD OF INSERT ON polyloop_append BEGIN SELECT 1; END")
+    yield* sql`DELETE FROM polyloop_migrations WHERE migration_id = 5`
+  }).pipe(Effect.provide(SqlRunLogStore.layerSqliteClient({ filename: copy }))))
+  const migrationStarted = now()
+  yield* Effect.scoped(Effect.asVoid(RunLogStore.RunLogStore).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: copy }))))
+  const migrationSeconds = round((now() - migrationStarted) / 1000, 2)
+  fs.rmSync(copy, { force: true })
   const before = memory()
-  const figures = yield* Effect.scoped(Effect.gen(function*() {
-    const bound = yield* Serve.serve({ port: 0, token })
+  /**
+   * The server's answers on the store; `bare`: over summaries without the details of design 0343
+   * (a store that does not keep them, answered as before it: every finished log read by the first
+   * statistics request, every log by the first forks request).
+   */
+  const measure = (bare: boolean) => Effect.scoped(Effect.gen(function*() {
+    const bound = yield* Serve.serve({ port: 0, token, prices: { currency: "USD", models: { "*": { input: 3, output: 15 } } } })
     const time = (pathname: string) =>
       Effect.promise(async () => {
         const samples: Array<number> = []
@@ -97,16 +133,26 @@ const main = Effect.gen(function*() {
     const far = yield* time(`/api/runs?page=${Math.ceil(runs / 25)}`)
     const stats = yield* time("/api/stats")
     const search = yield* time("/api/search?q=nothing-matches-this")
-    return { list, filtered, far, stats, search }
-  }).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: file })), Effect.provide(NodeContext.layer)))
+    const forks = yield* time("/api/runs/run-000000/forks")
+    const priced = yield* time("/api/runs?pageSize=25")
+    return { list, filtered, far, stats, search, forks, priced }
+  }).pipe(
+    Effect.provide(bare ? withoutDetails : Layer.empty),
+    Effect.provide(SqlRunLogStore.layerSqlite({ filename: file })),
+    Effect.provide(NodeContext.layer)
+  ))
+  const figures = yield* measure(false)
   const after = memory()
+  const bare = yield* measure(true)
   fs.rmSync(dir, { recursive: true, force: true })
   const result = {
     at: new Date().toISOString(),
     machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model ?? "?", node: process.version, loadavg: os.loadavg().map((l) => round(l, 1)) },
     runs,
     fillSeconds,
+    migrationSeconds,
     figures,
+    withoutDetails: bare,
     memory: { before, after },
     target: "runs list and statistics < 1000 ms each",
     met: figures.list.medianMs < 1000 && figures.stats.medianMs < 1000

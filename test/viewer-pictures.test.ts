@@ -249,6 +249,38 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     await page.close()
   }, 120_000)
 
+  it("lists each run's cost (its replies' tokens priced by --prices) and the listed runs' total", async () => {
+    const page = await open("/")
+    await page.locator("#runs tbody tr").first().waitFor()
+    const auth = { headers: { authorization: `Bearer ${token}` } }
+    const rows = page.locator("#runs tbody tr")
+    const count = await rows.count()
+    assert.isAtLeast(count, 6)
+    let total = 0
+    let tokens = 0
+    for (let i = 0; i < count; i++) {
+      const row = rows.nth(i)
+      const runId = (await row.getAttribute("data-run"))!
+      const doc = (await (await fetch(new URL(`/api/runs/${encodeURIComponent(runId)}`, url), auth)).json()) as {
+        readonly steps: ReadonlyArray<{ readonly tokens: { readonly input: number; readonly output: number } | null }>
+      }
+      const input = doc.steps.reduce((sum, s) => sum + (s.tokens?.input ?? 0), 0)
+      const output = doc.steps.reduce((sum, s) => sum + (s.tokens?.output ?? 0), 0)
+      const cell = row.locator("td.cost")
+      assert.closeTo(Number(await cell.getAttribute("data-cost")), priced(input, output), 1e-12, runId)
+      assert.include(await cell.innerText(), "EUR")
+      total += priced(input, output)
+      tokens += input + output
+    }
+    assert.include(await page.locator("#runs thead").textContent(), "Cost (EUR)")
+    assert.strictEqual(Number(await page.locator("#totals").getAttribute("data-tokens")), tokens)
+    assert.closeTo(Number(await page.locator("#totals").getAttribute("data-cost")), total, 1e-12)
+    assert.include(await page.locator("#totals").innerText(), "EUR")
+    await page.screenshot({ path: path.join(screenshots, "viewer-list-costs.png"), fullPage: true })
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 60_000)
+
   it("plots the statistics with the figures of `polyloop stats --json`, for the store and for one agent", async () => {
     const expected = statsJson()
     const page = await open("/?view=stats")

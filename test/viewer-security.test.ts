@@ -24,10 +24,12 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 import * as Scenario from "./support/viewer-scenario.js"
 
 const token = "a".repeat(64)
@@ -392,4 +394,114 @@ describe("polyloop serve: the options of design 0340", () => {
       assert.notStrictEqual(first.token, second.token)
       assert.strictEqual(first.url, `${first.baseUrl}?token=${first.token}`)
     }).pipe(Effect.provide(Layer.mergeAll(storeLayer, NodeContext.layer))))
+})
+
+/** A raw request through the Unix socket `socketPath`, with exactly these headers (`host` defaults to `localhost`). */
+const overSocket = (socketPath: string, method: string, pathname: string, headers: Record<string, string> = {}, body?: string) =>
+  Effect.async<Answer>((resume) => {
+    const all: Record<string, string> = { host: "localhost", ...headers }
+    if (body !== undefined) all["content-length"] = String(Buffer.byteLength(body))
+    const req = http.request({ socketPath, method, path: pathname, headers: all, agent: false }, (response) => {
+      let text = ""
+      response.setEncoding("utf8").on("data", (chunk: string) => (text += chunk)).on("end", () =>
+        resume(Effect.succeed({ status: response.statusCode ?? 0, headers: response.headers, body: text }))
+      )
+    })
+    req.on("error", (error) => resume(Effect.die(error)))
+    req.end(body)
+    return Effect.sync(() => req.destroy())
+  })
+
+describe("polyloop serve --socket (design 0340, amended): a Unix socket only its owner can open", () => {
+  const socketDir = () =>
+    Effect.acquireRelease(
+      Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-socket-"))),
+      (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+    )
+
+  it.scopedLive("the socket is created with mode 0600 (whatever the umask), answers without a token, keeps the Host and Origin checks, and is removed on stop", () =>
+    Effect.gen(function*() {
+      yield* Scenario.run("hostile", "socket-run")
+      yield* Scenario.suspend("socket-approval")
+      const dir = yield* socketDir()
+      const socket = path.join(dir, "viewer.sock")
+      const umask = process.umask(0o000)
+      const bound = yield* Effect.scoped(Effect.gen(function*() {
+        const bound = yield* Serve.serve({ socket, interval: Duration.millis(50), decider: "tester" })
+        // The process's umask is back as it was; the socket was made 0600 regardless of it.
+        assert.strictEqual(process.umask(0o000), 0o000)
+        const stat = fs.statSync(socket)
+        assert.isTrue(stat.isSocket())
+        assert.strictEqual(stat.mode & 0o777, 0o600)
+        assert.strictEqual(bound.socket, socket)
+        // No token: reaching the socket is the authentication.
+        const runs = yield* overSocket(socket, "GET", "/api/runs")
+        assert.strictEqual(runs.status, 200, runs.body)
+        assert.include((JSON.parse(runs.body) as { readonly runs: ReadonlyArray<{ readonly runId: string }> }).runs.map((r) => r.runId), "socket-run")
+        assert.strictEqual((yield* overSocket(socket, "GET", "/")).status, 200)
+        // A rebinding name is still refused, and so is another site's Origin on a decision.
+        const foreign = yield* overSocket(socket, "GET", "/api/runs", { host: "evil.example" })
+        assert.deepStrictEqual([foreign.status, errorOf(foreign)._tag], [403, "ForeignHost"])
+        const waiting = yield* overSocket(socket, "GET", "/api/runs/socket-approval")
+        const call = (JSON.parse(waiting.body) as { readonly waiting: ReadonlyArray<{ readonly callId: string; readonly actionHash: string }> }).waiting[0]!
+        const decision = JSON.stringify({ callId: call.callId, actionHash: call.actionHash, decision: "Approve" })
+        const crossSite = yield* overSocket(socket, "POST", "/api/runs/socket-approval/decisions", { "content-type": "application/json", origin: "http://evil.example" }, decision)
+        assert.strictEqual(crossSite.status, 403, crossSite.body)
+        const still = yield* overSocket(socket, "GET", "/api/runs/socket-approval")
+        assert.strictEqual((JSON.parse(still.body) as { readonly waiting: ReadonlyArray<unknown> }).waiting.length, 1)
+        // The owner's own client (no Origin, as curl) decides.
+        const approved = yield* overSocket(socket, "POST", "/api/runs/socket-approval/decisions", { "content-type": "application/json" }, decision)
+        assert.strictEqual(approved.status, 200, approved.body)
+        const decided = yield* overSocket(socket, "GET", "/api/runs/socket-approval")
+        assert.strictEqual((JSON.parse(decided.body) as { readonly waiting: ReadonlyArray<unknown> }).waiting.length, 0)
+        return bound
+      })).pipe(Effect.ensuring(Effect.sync(() => process.umask(umask))))
+      assert.strictEqual(bound.port, 0)
+      assert.isFalse(fs.existsSync(socket), "the socket file is removed when the server stops")
+    }).pipe(Effect.provide(Layer.mergeAll(storeLayer, NodeContext.layer))))
+
+  it.scopedLive("a path that exists is never replaced, and --socket excludes --host", () =>
+    Effect.gen(function*() {
+      const dir = yield* socketDir()
+      const taken = path.join(dir, "taken")
+      fs.writeFileSync(taken, "someone's file")
+      const exists = yield* Effect.flip(Effect.scoped(Serve.serve({ socket: taken })))
+      assert.deepStrictEqual([exists.reason, fs.readFileSync(taken, "utf8")], ["InvalidOption", "someone's file"])
+      assert.include(exists.message, "exists")
+      const both = yield* Effect.flip(Effect.scoped(Serve.serve({ socket: path.join(dir, "s.sock"), host: "127.0.0.1" })))
+      assert.strictEqual(both.reason, "InvalidOption")
+      assert.isFalse(fs.existsSync(path.join(dir, "s.sock")))
+    }).pipe(Effect.provide(Layer.mergeAll(storeLayer, NodeContext.layer))))
+})
+
+describe("polyloop serve --socket, the command", () => {
+  it.scopedLive("prints the socket and answers through it without a token; the file is 0600", () =>
+    Effect.gen(function*() {
+      const dir = yield* Effect.acquireRelease(
+        Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-socket-cli-"))),
+        (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+      )
+      const db = path.join(dir, "runs.db")
+      yield* Scenario.run("budget", "cli-socket-run").pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: db })))
+      const socket = path.join(dir, "viewer.sock")
+      const launcher = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "packages/cli/bin/polyloop.js")
+      const child = yield* Effect.acquireRelease(
+        Effect.sync(() => spawn(process.execPath, [launcher, "serve", "--db", db, "--socket", socket], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })),
+        (child) => Effect.sync(() => child.kill("SIGKILL"))
+      )
+      const printed = yield* Effect.async<string>((resume) => {
+        let stdout = ""
+        child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+          stdout += chunk
+          if (stdout.includes("no token is asked for")) resume(Effect.succeed(stdout))
+        })
+        child.on("close", (code) => resume(Effect.dieMessage(`serve exited (${code}): ${stdout}`)))
+      })
+      assert.include(printed, `polyloop viewer on the Unix socket ${socket}`)
+      assert.notInclude(printed, "token=")
+      assert.strictEqual(fs.statSync(socket).mode & 0o777, 0o600)
+      const runs = yield* overSocket(socket, "GET", "/api/runs")
+      assert.strictEqual(runs.status, 200, runs.body)
+      assert.deepStrictEqual((JSON.parse(runs.body) as { readonly runs: ReadonlyArray<{ readonly runId: string }> }).runs.map((r) => r.runId), ["cli-socket-run"])
+    }))
 })

@@ -252,6 +252,12 @@ export const serve = Command.make(
       )
     ),
     port: Options.integer("port").pipe(Options.withDefault(ServeDefaults.port), Options.withDescription("the port (0: any free port)")),
+    socket: Options.text("socket").pipe(
+      Options.optional,
+      Options.withDescription(
+        "listen on this Unix socket path instead of TCP: created with mode 0600, so only you can connect, and no token is asked for (the path must not exist; it is removed on stop). Reach it with e.g. curl --unix-socket <path> http://localhost/api/runs"
+      )
+    ),
     allowedHost: Options.text("allowed-host").pipe(
       Options.repeated,
       Options.withDescription(
@@ -298,6 +304,7 @@ export const serve = Command.make(
       }
       const bound = yield* Serve.serve({
         ...(Option.isSome(options.host) ? { host: options.host.value, exposed: true } : {}),
+        ...(Option.isSome(options.socket) ? { socket: options.socket.value } : {}),
         port: options.port,
         interval: Duration.millis(options.interval),
         allowedHosts: options.allowedHost,
@@ -311,6 +318,13 @@ export const serve = Command.make(
             "anyone who can reach it and has the URL below (its token) can read the runs (tasks, replies, tool output) and decide on waiting calls; " +
             "plain HTTP, so the token crosses the network in clear"
         )
+      }
+      if (bound.socket !== undefined) {
+        yield* Console.log(`polyloop viewer on the Unix socket ${bound.socket} (store: ${Store.describe(location(options))}); stop it with Ctrl-C`)
+        yield* Console.log(
+          `only you can connect (mode 0600), so no token is asked for: e.g. curl --unix-socket ${bound.socket} http://localhost/api/runs, or a browser through a proxy to the socket`
+        )
+        return yield* Effect.never
       }
       yield* Console.log(`polyloop viewer on ${bound.url} (store: ${Store.describe(location(options))}); stop it with Ctrl-C`)
       yield* Console.log("open that URL (it holds this start's token; the page keeps it in a cookie), or send Authorization: Bearer <token> to /api/")

@@ -32,7 +32,10 @@
  * server keeps it in an `HttpOnly; SameSite=Strict` cookie; scripts send
  * `Authorization: Bearer <token>`. Live streams share one poller per run. It binds 127.0.0.1 by
  * default and refuses a non-loopback address unless `exposed` is set (the command sets it only
- * for an explicit `--host`). Design: docs/design/0190-viewer.md, docs/design/0340-viewer-security.md.
+ * for an explicit `--host`). With `socket` it listens on a Unix socket made 0600 instead, and
+ * asks no token (reaching the socket authenticates). The runs list, the statistics and a run's
+ * forks are answered from the store's summaries (design 0343). Design: docs/design/0190-viewer.md,
+ * docs/design/0340-viewer-security.md, docs/design/0343-summary-columns.md.
  *
  * @since 0.1.0
  */
@@ -56,6 +59,7 @@ import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
 import * as Http from "node:http"
 import * as Transcript from "./Transcript.js"
 import * as Address from "./internal/viewer/address.js"
@@ -110,6 +114,11 @@ export interface AppOptions {
   readonly allowedHosts?: ReadonlyArray<string>
   /** The secret every request for data must carry (cookie or bearer; design 0340). */
   readonly token: string
+  /**
+   * Requests come through a Unix socket only its owner can open (`Options.socket`): the socket's
+   * permissions authenticate them, and the token is not asked for (design 0340, amended).
+   */
+  readonly socketOnly?: boolean
   /** Who is serving: the identity approval decisions are recorded under (default "polyloop serve"). */
   readonly decider?: string
   /** The most live streams open at once (default 64); more answer 503. */
@@ -128,6 +137,12 @@ export interface Options extends Omit<AppOptions, "boundHost" | "token"> {
   readonly exposed?: boolean
   /** The secret (default: 256 random bits, new at each start). */
   readonly token?: string
+  /**
+   * Listen on this Unix socket path instead of TCP (design 0340, amended): created with mode
+   * 0600, so only the user who started the server (and root) can connect; no token is asked for.
+   * The path must not exist; the socket file is removed when the server stops. Not with `host`.
+   */
+  readonly socket?: string
 }
 
 /** Where the server listens. */
@@ -141,6 +156,8 @@ export interface Bound {
   /** The secret of this start. */
   readonly token: string
   readonly loopback: boolean
+  /** The Unix socket the server listens on (`Options.socket`); then `url` and `baseUrl` name `localhost`, reached through it. */
+  readonly socket?: string
 }
 
 const securityHeaders = {
@@ -311,7 +328,7 @@ export const app = (
           const query = yield* HttpServerRequest.schemaSearchParams(RunsList.RunsQuery)
           const store = yield* RunLogStore.RunLogStore
           const all = yield* store.listRuns()
-          return HttpServerResponse.unsafeJson(RunsList.page(query, all))
+          return HttpServerResponse.unsafeJson(RunsList.page(query, all, options.prices))
         }))
       ),
       HttpRouter.get(
@@ -430,7 +447,7 @@ export const app = (
         const rest = url.searchParams.size > 0 ? `/?${url.searchParams}` : "/"
         return HttpServerResponse.empty({ status: 303, headers: { location: rest, "set-cookie": secret.setCookie } })
       }
-      if (!secret.accepts(request.headers)) {
+      if (options.socketOnly !== true && !secret.accepts(request.headers)) {
         return url.pathname.startsWith("/api/")
           ? apiError(401, "Unauthorized", "this viewer needs its token: the cookie set by the URL `polyloop serve` printed, or Authorization: Bearer <token>")
           : HttpServerResponse.text(unauthorizedPage, { status: 401 })
@@ -469,6 +486,9 @@ export const checkHost = (host: string, port: number, exposed: boolean): Effect.
  * stops listening.
  */
 export const serve = (options: Options = {}): Effect.Effect<Bound, ServeError, RunLogStore.RunLogStore | FileSystem.FileSystem | Scope.Scope> =>
+  options.socket === undefined ? serveTcp(options) : serveSocket(options, options.socket)
+
+const serveTcp = (options: Options): Effect.Effect<Bound, ServeError, RunLogStore.RunLogStore | FileSystem.FileSystem | Scope.Scope> =>
   Effect.gen(function*() {
     const host = options.host ?? defaultHost
     const port = options.port ?? defaultPort
@@ -508,6 +528,47 @@ export const serve = (options: Options = {}): Effect.Effect<Bound, ServeError, R
     const urlHost = bare.includes(":") ? `[${bare}]` : bare
     const baseUrl = `http://${urlHost}:${boundPort}/`
     return { host, port: boundPort, url: `${baseUrl}?${new URLSearchParams({ token })}`, baseUrl, token, loopback }
+  })
+
+/**
+ * The viewer on a Unix socket (design 0340, amended): the socket is bound while the process's
+ * umask is 0177, so the file is created 0600 (never, even for a moment, open to other users);
+ * the umask is restored as soon as the server listens. Requests need no token: reaching the
+ * socket is the authentication. The `Host` and `Origin` checks stay (a client names `localhost`).
+ */
+const serveSocket = (options: Options, socket: string): Effect.Effect<Bound, ServeError, RunLogStore.RunLogStore | FileSystem.FileSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const refuse = (reason: "InvalidOption" | "Listen", message: string) => new ServeError({ reason, host: `unix:${socket}`, port: 0, message })
+    if (options.host !== undefined) return yield* refuse("InvalidOption", "--socket and --host exclude each other: a socket has no address")
+    if (Fs.existsSync(socket)) return yield* refuse("InvalidOption", `${socket} exists: remove it first (a socket file is never replaced)`)
+    const token = options.token ?? (yield* Auth.generate)
+    const viewer = yield* app({
+      ...(options.interval === undefined ? {} : { interval: options.interval }),
+      ...(options.decider === undefined ? {} : { decider: options.decider }),
+      ...(options.allowedHosts === undefined ? {} : { allowedHosts: options.allowedHosts }),
+      ...(options.maxStreams === undefined ? {} : { maxStreams: options.maxStreams }),
+      ...(options.prices === undefined ? {} : { prices: options.prices }),
+      boundHost: "localhost",
+      token,
+      socketOnly: true
+    })
+    const nodeServer = Http.createServer()
+    // Removed when the server stops (after its own finalizer has closed it).
+    yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(socket, { force: true })))
+    const server: HttpServer.HttpServer = yield* Effect.acquireUseRelease(
+      Effect.sync(() => process.umask(0o177)),
+      () => NodeHttpServer.make(() => nodeServer, { path: socket }),
+      (previous) => Effect.sync(() => process.umask(previous))
+    ).pipe(
+      Effect.mapError((error) =>
+        refuse("Listen", `cannot listen on ${socket}: ${error.cause instanceof Error ? error.cause.message : String(error.cause)}`)
+      )
+    )
+    const mode = Fs.statSync(socket).mode & 0o777
+    if (mode !== 0o600) return yield* refuse("Listen", `${socket} was created with mode ${mode.toString(8)}, not 600`)
+    yield* Effect.addFinalizer(() => Effect.sync(() => nodeServer.closeAllConnections()))
+    yield* server.serve(viewer)
+    return { host: `unix:${socket}`, port: 0, url: "http://localhost/", baseUrl: "http://localhost/", token, loopback: true, socket }
   })
 
 /** The viewer as a layer: serves for the life of the layer. */

@@ -153,7 +153,8 @@ const renderList = (data, params) => {
     select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s === "Suspended" ? "suspended (waiting for a decision)" : s.toLowerCase()])),
     select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
     select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
-    el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`)
+    el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
+    el("span", { class: "muted", id: "totals", "data-tokens": String(data.totals.tokens), "data-cost": data.totals.cost ? String(data.totals.cost.amount) : undefined }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
   )
   filters.addEventListener("change", (event) => {
     const next = listParams()
@@ -169,6 +170,7 @@ const renderList = (data, params) => {
     {},
     ["Run", "Agent", "Status", "Stop reason"].map((h) => el("th", {}, h)),
     ["Steps", "Effective", "Tokens"].map((h) => el("th", { class: "num" }, h)),
+    data.totals.cost ? el("th", { class: "num", title: "the replies' tokens by the --prices table" }, `Cost (${data.totals.cost.currency})`) : null,
     el("th", {}, "Started (UTC)"),
     el("th", { class: "num", title: "step time: time spent crashed does not count" }, "Duration")
   )
@@ -183,6 +185,7 @@ const renderList = (data, params) => {
       el("td", { class: "num" }, run.steps),
       el("td", { class: "num" }, run.effectiveSteps),
       el("td", { class: "num" }, run.tokens),
+      data.totals.cost ? el("td", { class: "num cost", "data-cost": run.cost === null ? "unpriced" : String(run.cost) }, run.cost === null ? el("span", { class: "muted", title: "the price table prices neither this run's model nor *" }, "unpriced") : money(run.cost, data.totals.cost.currency)) : null,
       el("td", { class: "mono" }, time(run.startedAt)),
       el("td", { class: "num" }, duration(run.elapsed))
     )

@@ -51,7 +51,6 @@ import { formatIssues } from "./internal/issues.js"
 import * as LogVersions from "./internal/logVersions.js"
 import * as RecordJson from "./internal/recordJson.js"
 import * as ModelReply from "./ModelReply.js"
-import { totalTokens } from "./ModelReply.js"
 import * as RunLog from "./RunLog.js"
 import { StopReason } from "./StopReason.js"
 
@@ -76,7 +75,30 @@ export const RunSummary = Schema.Struct({
   startedAt: Schema.Number,
   finishedAt: Schema.OptionFromNullOr(Schema.Number),
   /** Milliseconds of step time (time spent crashed does not count). */
-  elapsed: Schema.NonNegative
+  elapsed: Schema.NonNegative,
+  // Design 0343: the fields below are present when the store keeps them (the memory and SQL stores
+  // do); a summary without them is what a store that does not keep them returns.
+  /** The snapshot's hash (`RunStarted.snapshotHash`). */
+  snapshotHash: Schema.optional(Schema.String),
+  /** The snapshot's `agent.modelSettings.model` (null: the snapshot names none). */
+  model: Schema.optional(Schema.NullOr(Schema.String)),
+  /** The run this one is a fork of (`RunStarted.forkedFrom`, its differences counted); null: not a fork. */
+  forkedFrom: Schema.optional(Schema.NullOr(Schema.Struct({
+    runId: Schema.String,
+    step: Schema.NonNegativeInt,
+    differences: Schema.NonNegativeInt
+  }))),
+  /** The replies' input tokens (with `outputTokens`, the split of `tokens`). */
+  inputTokens: Schema.optional(Schema.NonNegativeInt),
+  outputTokens: Schema.optional(Schema.NonNegativeInt),
+  /** A finished run's `RunFinished.counters` (what `Stats` reads); null: not finished. */
+  counters: Schema.optional(Schema.NullOr(Schema.Struct({
+    steps: Schema.NonNegativeInt,
+    effectiveSteps: Schema.NonNegativeInt,
+    inputTokens: Schema.NonNegativeInt,
+    outputTokens: Schema.NonNegativeInt,
+    resumedCount: Schema.NonNegativeInt
+  })))
 })
 /** @since 0.1.0 */
 export interface RunSummary extends Schema.Schema.Type<typeof RunSummary> {}
@@ -447,9 +469,19 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
     const finished = log.finished
     const snapshot = started.snapshot as { readonly agent?: { readonly name?: unknown } } | null
     const agent = typeof snapshot?.agent?.name === "string" ? snapshot.agent.name : "?"
-    let tokens = 0
-    for (const reply of log.replies) tokens += totalTokens(reply.reply.usage)
-    for (const compaction of log.compactions) if (compaction.usage !== undefined) tokens += totalTokens(compaction.usage)
+    let inputTokens = 0
+    let outputTokens = 0
+    for (const reply of log.replies) {
+      inputTokens += reply.reply.usage.inputTokens
+      outputTokens += reply.reply.usage.outputTokens
+    }
+    // A summary's model call (design 0300) counts in the run's tokens.
+    for (const compaction of log.compactions) {
+      if (compaction.usage === undefined) continue
+      inputTokens += compaction.usage.inputTokens
+      outputTokens += compaction.usage.outputTokens
+    }
+    const tokens = inputTokens + outputTokens
     let elapsed = 0
     for (const step of log.steps) elapsed += step.elapsed
     let effectiveSteps = 0
@@ -464,9 +496,36 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
       tokens,
       startedAt: started.startedAt,
       finishedAt: Option.map(finished, (f) => f.finishedAt),
-      elapsed
+      elapsed,
+      snapshotHash: started.snapshotHash,
+      model: modelOf(started.snapshot),
+      forkedFrom: started.forkedFrom === undefined
+        ? null
+        : { runId: started.forkedFrom.runId, step: started.forkedFrom.step, differences: started.forkedFrom.differences.length },
+      inputTokens,
+      outputTokens,
+      counters: Option.match(finished, {
+        onNone: () => null,
+        onSome: ({ counters }) => ({
+          steps: counters.steps,
+          effectiveSteps: counters.effectiveSteps,
+          inputTokens: counters.usage.inputTokens,
+          outputTokens: counters.usage.outputTokens,
+          resumedCount: counters.resumedCount
+        })
+      })
     }
   })
+
+/** The model a snapshot names (`agent.modelSettings.model`), null if none (design 0343). */
+export const modelOf = (snapshot: unknown): string | null => {
+  if (typeof snapshot !== "object" || snapshot === null || !("agent" in snapshot)) return null
+  const agent = snapshot.agent
+  if (typeof agent !== "object" || agent === null || !("modelSettings" in agent)) return null
+  const settings = agent.modelSettings
+  if (typeof settings !== "object" || settings === null || !("model" in settings)) return null
+  return typeof settings.model === "string" ? settings.model : null
+}
 
 /** Applies a query to summaries: status filter, newest first, limit. */
 export const applyQuery = (summaries: ReadonlyArray<RunSummary>, query: ListRunsQuery): ReadonlyArray<RunSummary> => {

@@ -39,8 +39,8 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       yield* Effect.scoped(openStore(url))
       const sql = yield* openClient(url)
       const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
-      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4])
-      assert.strictEqual(SqlRunLogStore.latestVersion(pgMigrations), 4)
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4, 5])
+      assert.strictEqual(SqlRunLogStore.latestVersion(pgMigrations), 5)
       const tables = yield* sql<{ tablename: string }>`SELECT tablename FROM pg_tables
         WHERE schemaname = current_schema() AND tablename LIKE 'polyloop_%' ORDER BY tablename`
       assert.deepStrictEqual(tables.map((t) => t.tablename), ["polyloop_blobs", "polyloop_claims", "polyloop_migrations", "polyloop_records", "polyloop_refs", "polyloop_runs"])
@@ -106,10 +106,10 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       const runId = F.rid("kept")
       yield* Effect.scoped(Effect.flatMap(openStore(url), (store) => store.start(F.started(runId))))
       const sql = yield* openClient(url)
-      yield* sql`INSERT INTO polyloop_migrations (migration_id, name) VALUES (5, 'from_the_future')`
+      yield* sql`INSERT INTO polyloop_migrations (migration_id, name) VALUES (6, 'from_the_future')`
       const error = yield* Effect.flip(Effect.scoped(openStore(url)))
       assert.strictEqual(error.reason, "SchemaVersion")
-      assert.include(error.message, "schema version 5")
+      assert.include(error.message, "schema version 6")
       assert.notInclude(error.path ?? "", "password")
       const rows = yield* sql`SELECT seq FROM polyloop_records WHERE run_id = ${runId}`
       assert.strictEqual(rows.length, 1)
@@ -154,11 +154,11 @@ describe.sequential("SqlRunLogStore migrations on PostgreSQL", () => {
       // Serialised: one of them applied every migration, the others found nothing left to do.
       assert.deepStrictEqual(
         applied.filter((a) => a.length > 0),
-        [[[1, "create_records"], [2, "run_summaries"], [3, "append_view"], [4, "blobs"]]]
+        [[[1, "create_records"], [2, "run_summaries"], [3, "append_view"], [4, "blobs"], [5, "summary_details"]]]
       )
       const sql = yield* openClient(url)
       const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
-      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4])
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4, 5])
     }))
 
   it.scopedLive("an unreachable server is a StoreError Unavailable that names it without its password", () =>

@@ -505,8 +505,8 @@ describe("SqlRunLogStore: migrations", () => {
       assert.isTrue(fs.existsSync(file))
       const sql = yield* openClient(file)
       const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
-      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4])
-      assert.strictEqual(SqlRunLogStore.latestVersion(sqliteMigrations), 4)
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4, 5])
+      assert.strictEqual(SqlRunLogStore.latestVersion(sqliteMigrations), 5)
       const tables = yield* sql<{ name: string }>`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'polyloop_%' ORDER BY name`
       assert.deepStrictEqual(tables.map((t) => t.name), ["polyloop_blobs", "polyloop_claims", "polyloop_migrations", "polyloop_records", "polyloop_refs", "polyloop_runs"])
       const appendPath = yield* sql<{ type: string; name: string }>`SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger') ORDER BY type, name`
@@ -516,7 +516,7 @@ describe("SqlRunLogStore: migrations", () => {
       // Opening again applies nothing.
       yield* Effect.scoped(openStore(file))
       const again = yield* sql`SELECT migration_id FROM polyloop_migrations`
-      assert.strictEqual(again.length, 4)
+      assert.strictEqual(again.length, 5)
     }))
 
   it.scoped("a schema-1 database is migrated: its runs are summarised and their logs continue", () =>
@@ -589,17 +589,17 @@ describe("SqlRunLogStore: migrations", () => {
       yield* Effect.scoped(
         Effect.gen(function*() {
           const sql = yield* openClient(file)
-          yield* sql`INSERT INTO polyloop_migrations (migration_id, name) VALUES (5, 'from_the_future')`
+          yield* sql`INSERT INTO polyloop_migrations (migration_id, name) VALUES (6, 'from_the_future')`
         })
       )
       const error = yield* fail(Effect.scoped(openStore(file)))
       assert.strictEqual(error.reason, "SchemaVersion")
       assert.strictEqual(error.path, file)
-      assert.include(error.message, "schema version 5")
-      assert.include(error.message, "version 4")
+      assert.include(error.message, "schema version 6")
+      assert.include(error.message, "version 5")
       const sql = yield* openClient(file)
       const versions = yield* sql<{ migration_id: number }>`SELECT migration_id FROM polyloop_migrations ORDER BY migration_id`
-      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4, 5])
+      assert.deepStrictEqual(versions.map((v) => v.migration_id), [1, 2, 3, 4, 5, 6])
       const rows = yield* sql`SELECT seq FROM polyloop_records WHERE run_id = ${runId}`
       assert.strictEqual(rows.length, 1)
     }))

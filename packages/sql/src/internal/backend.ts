@@ -31,7 +31,7 @@ import * as Blobs from "./blobs.js"
 import { isAppendRefused, isUniqueViolation } from "./errors.js"
 import * as Lease from "./lease.js"
 import * as Statements from "./statements.js"
-import { decodeSummaries } from "./summary.js"
+import { decodeSummaries, selectedColumns } from "./summary.js"
 
 /** A dialect's write found that the append's first sequence number is not the run's next one. */
 export class SeqConflict extends Data.TaggedError("SeqConflict")<{}> {}
@@ -156,7 +156,7 @@ const makeSync = (
       const where = query.status === undefined ? sql`` : sql.literal(`WHERE ${Approvals.statusFilter("r", query.status)}`)
       const limit = query.limit === undefined ? sql`` : sql`LIMIT ${Math.max(0, Math.floor(query.limit))}`
       const status = sql.literal(Approvals.statusColumn("r"))
-      const [text, params] = sql`SELECT r.run_id, r.agent, ${status} AS status, r.stop_reason, r.steps, r.effective_steps, r.tokens, r.started_at, r.finished_at, r.elapsed FROM polyloop_runs r ${where} ORDER BY r.started_at DESC, r.run_id ASC ${limit}`
+      const [text, params] = sql`SELECT ${sql.literal(selectedColumns)}, ${status} AS status FROM polyloop_runs r ${where} ORDER BY r.started_at DESC, r.run_id ASC ${limit}`
         .compile()
       const rows = yield* connect((conn) => conn.execute(text, params, undefined)).pipe(Effect.mapError(failWith("listing runs")))
       return yield* decodeSummaries(rows, path)

@@ -22,7 +22,7 @@ import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
 import type { Param } from "./statements.js"
 
-/** Rows per group statement at most (14 parameters a row; SQLite allows 32,766 per statement). */
+/** Rows per group statement at most (15 parameters a row; SQLite allows 32,766 per statement). */
 export const maxGroupRows = 1_000
 
 /** An append waiting for the next group commit: its rows, and where its outcome goes. */

@@ -27,7 +27,7 @@ import * as Effect from "effect/Effect"
 import type { Options } from "../SqlRunLogStore.js"
 import * as Backend from "./backend.js"
 import * as Statements from "./statements.js"
-import { agentOf, stepOf, stopReasonJson, summaryDelta } from "./summary.js"
+import { agentOf, finishedValues, startedColumns, startedValues, stepOf, stopReasonJson, summaryDelta } from "./summary.js"
 
 /**
  * The text of the one-statement append of `rows` records after `RunStarted`: the summary's
@@ -36,9 +36,11 @@ import { agentOf, stepOf, stopReasonJson, summaryDelta } from "./summary.js"
  * row, the records' `INSERT`. It returns `updated` = 0 for a gap or a lost lease.
  */
 const oneStatementText = (rows: number, finishing: boolean, fenced: boolean): string => {
-  // $1 next_seq, $2..$5 deltas, [$6..$8 finishing], then run_id, expected seq, [owner], records.
-  let n = 5
-  const finish = finishing ? `, status = $${++n}, stop_reason = $${++n}, finished_at = $${++n}` : ""
+  // $1 next_seq, $2..$6 deltas, [$7..$14 finishing], then run_id, expected seq, [owner], records.
+  let n = 6
+  const finish = finishing
+    ? `, status = $${++n}, stop_reason = $${++n}, finished_at = $${++n}, fin_steps = $${++n}, fin_effective_steps = $${++n}, fin_input_tokens = $${++n}, fin_output_tokens = $${++n}, fin_resumed = $${++n}`
+    : ""
   const run = ++n
   const expected = ++n
   const lease = fenced
@@ -47,7 +49,7 @@ const oneStatementText = (rows: number, finishing: boolean, fenced: boolean): st
   const values: Array<string> = []
   for (let i = 0; i < rows; i++) values.push(`($${++n}::integer, $${++n}::text, $${++n}::integer, $${++n}::text)`)
   return `WITH upd AS (
-  UPDATE polyloop_runs SET next_seq = $1, steps = steps + $2, effective_steps = effective_steps + $3, tokens = tokens + $4, elapsed = elapsed + $5${finish}
+  UPDATE polyloop_runs SET next_seq = $1, steps = steps + $2, effective_steps = effective_steps + $3, tokens = tokens + $4, input_tokens = input_tokens + $5, elapsed = elapsed + $6${finish}
   WHERE run_id = $${run} AND next_seq = $${expected}${lease}
   RETURNING next_seq
 ), ins AS (
@@ -66,14 +68,16 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
     sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${""}, ${0}, ${""}, ${0}, ${""})`
   )
   const insertRunSql = compiled(
-    sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq) VALUES (${""}, ${""}, ${"Unfinished"}, NULL, 0, 0, 0, ${0}, NULL, 0, 0)`
+    sql`INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, started_at, finished_at, elapsed, next_seq, ${sql.literal(startedColumns)}) VALUES (${""}, ${""}, ${"Unfinished"}, NULL, 0, 0, 0, ${0}, NULL, 0, 0, ${""}, ${""}, ${""}, ${0}, ${0})`
   )
   // Compare-and-set on the run's next sequence number: a gap (or a record for a run that was
   // never started) updates no row and returns nothing.
   const updateRunSql = (finishing: boolean): string =>
     compiled(
-      sql`UPDATE polyloop_runs SET next_seq = ${0}, steps = steps + ${0}, effective_steps = effective_steps + ${0}, tokens = tokens + ${0}, elapsed = elapsed + ${0}${
-        finishing ? sql`, status = ${"Finished"}, stop_reason = ${""}, finished_at = ${0}` : sql``
+      sql`UPDATE polyloop_runs SET next_seq = ${0}, steps = steps + ${0}, effective_steps = effective_steps + ${0}, tokens = tokens + ${0}, input_tokens = input_tokens + ${0}, elapsed = elapsed + ${0}${
+        finishing
+          ? sql`, status = ${"Finished"}, stop_reason = ${""}, finished_at = ${0}, fin_steps = ${0}, fin_effective_steps = ${0}, fin_input_tokens = ${0}, fin_output_tokens = ${0}, fin_resumed = ${0}`
+          : sql``
       } WHERE run_id = ${""} AND next_seq = ${0} RETURNING next_seq`
     )
   const updateRun = { plain: updateRunSql(false), finishing: updateRunSql(true) }
@@ -96,16 +100,16 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
     const end = first.seq + records.length
     const fenced = owner !== undefined
     const finished = delta.finished
-    const update: Array<Statements.Param> = [end, delta.steps, delta.effectiveSteps, delta.tokens, delta.elapsed]
+    const update: Array<Statements.Param> = [end, delta.steps, delta.effectiveSteps, delta.tokens, delta.inputTokens, delta.elapsed]
     if (finished !== undefined) {
       const json = stopReasonJson(runId, finished)
       if (typeof json !== "string") return json
-      update.push("Finished", json, finished.finishedAt)
+      update.push("Finished", json, finished.finishedAt, ...finishedValues(finished))
     }
     update.push(runId, first.seq)
     const updateSql = finished === undefined ? updateRun.plain : updateRun.finishing
-    const agent = first.record._tag === "RunStarted" ? agentOf(first.record) : undefined
-    const startedAt = first.record._tag === "RunStarted" ? first.record.startedAt : 0
+    const startedRecord = first.record._tag === "RunStarted" ? first.record : undefined
+    const agent = startedRecord === undefined ? undefined : agentOf(startedRecord)
 
     if (options.faultPoint === undefined && agent === undefined) {
       // One statement, one round trip: its parameters are the summary UPDATE's, the lease
@@ -129,7 +133,9 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
         }
         chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
       }
-      if (agent !== undefined) chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedAt]))
+      if (agent !== undefined && startedRecord !== undefined) {
+        chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedRecord.startedAt, ...startedValues(startedRecord)]))
+      }
       const checked = Effect.flatMap(
         Effect.zipRight(chain, exec(conn, updateSql, update)),
         // No row: the sequence number is not the run's next one.

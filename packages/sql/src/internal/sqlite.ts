@@ -42,12 +42,12 @@ import { reserve } from "./reserve.js"
 import * as Statements from "./statements.js"
 import { addDelta, agentOf, emptyDelta, stepOf, stopReasonJson } from "./summary.js"
 
-/** The columns of SQLite's append view (`migrations/sqlite.ts`, version 3), in order. */
+/** The columns of SQLite's append view (`migrations/sqlite.ts`, version 3; `input_tokens` since version 5), in order. */
 const appendViewColumns =
-  "run_id, seq, kind, step, payload, owner, agent, started_at, steps, effective_steps, tokens, elapsed, stop_reason, finished_at"
+  "run_id, seq, kind, step, payload, owner, agent, started_at, steps, effective_steps, tokens, elapsed, stop_reason, finished_at, input_tokens"
 
 const appendViewText = (rows: number): string =>
-  `INSERT INTO polyloop_append (${appendViewColumns}) VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}`
+  `INSERT INTO polyloop_append (${appendViewColumns}) VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}`
 
 /** Texts of the statements of small appends and groups, made once (larger groups' texts are made when needed). */
 const appendViewSql: ReadonlyArray<string> = Array.from({ length: 33 }, (_, rows) => appendViewText(rows))
@@ -90,7 +90,8 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
         delta.tokens,
         delta.elapsed,
         stopReason,
-        delta.finished === undefined ? null : delta.finished.finishedAt
+        delta.finished === undefined ? null : delta.finished.finishedAt,
+        delta.inputTokens
       )
     }
     if (options.faultPoint === undefined) return writeAppend(params, records.length)

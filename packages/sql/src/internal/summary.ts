@@ -36,6 +36,8 @@ export interface RecordDelta {
   steps: number
   effectiveSteps: number
   tokens: number
+  /** The replies' input tokens (design 0343). */
+  inputTokens: number
   elapsed: number
   finished: RunLog.RunFinished | undefined
 }
@@ -45,10 +47,14 @@ export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDe
   switch (record._tag) {
     case "ModelReplied":
       delta.tokens += totalTokens(record.reply.usage)
+      delta.inputTokens += record.reply.usage.inputTokens
       break
     case "HistoryCompacted":
       // A summary's model call (design 0300) counts in the run's tokens.
-      if (record.usage !== undefined) delta.tokens += totalTokens(record.usage)
+      if (record.usage !== undefined) {
+        delta.tokens += totalTokens(record.usage)
+        delta.inputTokens += record.usage.inputTokens
+      }
       break
     case "StepCompleted":
       // A step is effective when one of its actions was Executed (design 0150): the step
@@ -67,7 +73,7 @@ export const addDelta = (delta: RecordDelta, record: RunLog.RunRecord): RecordDe
 }
 
 /** A delta that adds nothing. */
-export const emptyDelta = (): RecordDelta => ({ steps: 0, effectiveSteps: 0, tokens: 0, elapsed: 0, finished: undefined })
+export const emptyDelta = (): RecordDelta => ({ steps: 0, effectiveSteps: 0, tokens: 0, inputTokens: 0, elapsed: 0, finished: undefined })
 
 /** What an append adds to the run's summary row. */
 export const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>): RecordDelta => {
@@ -75,6 +81,27 @@ export const summaryDelta = (records: ReadonlyArray<RunLogStore.StoredRecord>): 
   for (const { record } of records) addDelta(delta, record)
   return delta
 }
+
+/** The `RunStarted` columns of the summary row (design 0343), in the order of `startedColumns`. */
+export const startedColumns = "snapshot_hash, model, forked_from, fork_step, fork_differences"
+
+/** The values of `startedColumns` for a `RunStarted` record. */
+export const startedValues = (record: RunLog.RunStarted): ReadonlyArray<string | number | null> => [
+  record.snapshotHash,
+  RunLogStore.modelOf(record.snapshot),
+  record.forkedFrom?.runId ?? null,
+  record.forkedFrom?.step ?? null,
+  record.forkedFrom === undefined ? null : record.forkedFrom.differences.length
+]
+
+/** The `RunFinished` counters of the summary row (design 0343): steps, effective steps, input and output tokens, resumes. */
+export const finishedValues = (record: RunLog.RunFinished): ReadonlyArray<number> => [
+  record.counters.steps,
+  record.counters.effectiveSteps,
+  record.counters.usage.inputTokens,
+  record.counters.usage.outputTokens,
+  record.counters.resumedCount
+]
 
 /** The agent's name a `RunStarted` record carries, for the summary row ("?" if it has none). */
 export const agentOf = (record: RunLog.RunRecord): string =>
@@ -104,36 +131,145 @@ const SummaryRow = Schema.Struct({
   tokens: Numeric,
   started_at: Numeric,
   finished_at: Schema.NullOr(Numeric),
-  elapsed: Numeric
+  elapsed: Numeric,
+  // Version 5 (design 0343); null in a row written before it and not backfilled (never, after the migration).
+  snapshot_hash: Schema.NullOr(Schema.String),
+  model: Schema.NullOr(Schema.String),
+  forked_from: Schema.NullOr(Schema.String),
+  fork_step: Schema.NullOr(Numeric),
+  fork_differences: Schema.NullOr(Numeric),
+  input_tokens: Numeric,
+  fin_steps: Schema.NullOr(Numeric),
+  fin_effective_steps: Schema.NullOr(Numeric),
+  fin_input_tokens: Schema.NullOr(Numeric),
+  fin_output_tokens: Schema.NullOr(Numeric),
+  fin_resumed: Schema.NullOr(Numeric)
 })
 
+/** The columns `decodeSummaries` reads, for a `SELECT` from `polyloop_runs` aliased `r` (the status apart). */
+export const selectedColumns =
+  "r.run_id, r.agent, r.stop_reason, r.steps, r.effective_steps, r.tokens, r.started_at, r.finished_at, r.elapsed, " +
+  "r.snapshot_hash, r.model, r.forked_from, r.fork_step, r.fork_differences, r.input_tokens, " +
+  "r.fin_steps, r.fin_effective_steps, r.fin_input_tokens, r.fin_output_tokens, r.fin_resumed"
+
 const decodeSummaryRows = Schema.decodeUnknown(Schema.Array(SummaryRow))
+
+type Row = typeof SummaryRow.Type
+
+const toSummary = (row: Row): RunLogStore.RunSummary => ({
+  runId: row.run_id,
+  agent: row.agent,
+  status: row.status,
+  stopReason: Option.fromNullable(row.stop_reason),
+  steps: row.steps,
+  effectiveSteps: row.effective_steps,
+  tokens: row.tokens,
+  startedAt: row.started_at,
+  finishedAt: Option.fromNullable(row.finished_at),
+  elapsed: row.elapsed,
+  ...(row.snapshot_hash === null ? {} : {
+    snapshotHash: row.snapshot_hash,
+    model: row.model,
+    forkedFrom: row.forked_from === null
+      ? null
+      : { runId: row.forked_from, step: row.fork_step ?? 0, differences: row.fork_differences ?? 0 },
+    inputTokens: row.input_tokens,
+    outputTokens: row.tokens - row.input_tokens,
+    counters: row.fin_steps === null
+      ? null
+      : {
+        steps: row.fin_steps,
+        effectiveSteps: row.fin_effective_steps ?? 0,
+        inputTokens: row.fin_input_tokens ?? 0,
+        outputTokens: row.fin_output_tokens ?? 0,
+        resumedCount: row.fin_resumed ?? 0
+      }
+  })
+})
+
+/** A numeric column as `Numeric` reads it (a number, or the text of one: PostgreSQL's `bigint`); undefined otherwise. */
+const numeric = (value: unknown): number | undefined => {
+  if (typeof value === "number") return value
+  if (typeof value !== "string" || value.trim() === "") return undefined
+  const n = Number(value)
+  return Number.isNaN(n) ? undefined : n
+}
+
+const nullableNumeric = (value: unknown): number | null | undefined => value === null ? null : numeric(value)
+const nullableText = (value: unknown): string | null | undefined => value === null || typeof value === "string" ? value : undefined
+const statuses: ReadonlySet<unknown> = new Set<unknown>(RunLogStore.RunStatus.literals)
+const decodeStopReason = Schema.decodeUnknownEither(Schema.parseJson(StopReason))
+
+/**
+ * The rows decoded without running `SummaryRow` on each (a listing is thousands of rows, and
+ * Schema's decoding was most of its time): each column checked as `SummaryRow` checks it, each
+ * distinct stop reason's JSON decoded once. Undefined at the first row that does not pass, so the
+ * caller decodes with the schema and reports what is wrong.
+ */
+const decodeFast = (rows: ReadonlyArray<unknown>): Array<RunLogStore.RunSummary> | undefined => {
+  const reasons = new Map<string, StopReason>()
+  const out: Array<RunLogStore.RunSummary> = new Array(rows.length)
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i] as Record<string, unknown> | null
+    if (typeof r !== "object" || r === null) return undefined
+    let stopReason: StopReason | null = null
+    if (r["stop_reason"] !== null) {
+      const text = r["stop_reason"]
+      if (typeof text !== "string") return undefined
+      const known = reasons.get(text)
+      if (known === undefined) {
+        const decoded = decodeStopReason(text)
+        if (decoded._tag === "Left") return undefined
+        reasons.set(text, decoded.right)
+        stopReason = decoded.right
+      } else stopReason = known
+    }
+    const row = {
+      run_id: r["run_id"],
+      agent: r["agent"],
+      status: r["status"],
+      stop_reason: stopReason,
+      steps: numeric(r["steps"]),
+      effective_steps: numeric(r["effective_steps"]),
+      tokens: numeric(r["tokens"]),
+      started_at: numeric(r["started_at"]),
+      finished_at: nullableNumeric(r["finished_at"]),
+      elapsed: numeric(r["elapsed"]),
+      snapshot_hash: nullableText(r["snapshot_hash"]),
+      model: nullableText(r["model"]),
+      forked_from: nullableText(r["forked_from"]),
+      fork_step: nullableNumeric(r["fork_step"]),
+      fork_differences: nullableNumeric(r["fork_differences"]),
+      input_tokens: numeric(r["input_tokens"]),
+      fin_steps: nullableNumeric(r["fin_steps"]),
+      fin_effective_steps: nullableNumeric(r["fin_effective_steps"]),
+      fin_input_tokens: nullableNumeric(r["fin_input_tokens"]),
+      fin_output_tokens: nullableNumeric(r["fin_output_tokens"]),
+      fin_resumed: nullableNumeric(r["fin_resumed"])
+    }
+    if (typeof row.run_id !== "string" || typeof row.agent !== "string" || !statuses.has(row.status)) return undefined
+    for (const value of Object.values(row)) if (value === undefined) return undefined
+    out[i] = toSummary(row as Row)
+  }
+  return out
+}
 
 /** Rows of `polyloop_runs` (all the summary's columns) as `RunSummary`s; a row that does not decode is `StoreError { reason: "Decode" }`. */
 export const decodeSummaries = (
   rows: ReadonlyArray<unknown>,
   path: string | undefined
 ): Effect.Effect<ReadonlyArray<RunLogStore.RunSummary>, StoreError> =>
-  decodeSummaryRows(rows).pipe(
-    Effect.mapError((error) =>
-      new StoreError({
-        reason: "Decode",
-        ...(path === undefined ? {} : { path }),
-        message: `a run summary does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
-      })
-    ),
-    Effect.map((decoded) =>
-      decoded.map((row): RunLogStore.RunSummary => ({
-        runId: row.run_id,
-        agent: row.agent,
-        status: row.status,
-        stopReason: Option.fromNullable(row.stop_reason),
-        steps: row.steps,
-        effectiveSteps: row.effective_steps,
-        tokens: row.tokens,
-        startedAt: row.started_at,
-        finishedAt: Option.fromNullable(row.finished_at),
-        elapsed: row.elapsed
-      }))
+  Effect.suspend(() => {
+    const fast = decodeFast(rows)
+    if (fast !== undefined) return Effect.succeed(fast)
+    return decodeSummaryRows(rows).pipe(
+      Effect.mapError((error) =>
+        new StoreError({
+          reason: "Decode",
+          ...(path === undefined ? {} : { path }),
+          message: `a run summary does not decode: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+        })
+      ),
+      Effect.map((decoded) => decoded.map(toSummary))
     )
-  )
+  })

@@ -1,9 +1,9 @@
 /**
  * A run's forks (design 0170), for `GET /api/runs/<id>/forks`. A fork names its parent in its
- * own `RunStarted` record; nothing names a run's forks, so the viewer keeps an index from each
- * run to its parent, filled by reading the first record of each run it has not seen yet. A
- * run's `RunStarted` never changes, so an entry never goes stale: after the first request, a
- * request reads only the runs started since.
+ * own `RunStarted` record, which a store that keeps the summary's details carries in each run's
+ * summary (`forkedFrom`, design 0343): a request is then one `listRuns` query. For a summary
+ * without it (a store that does not keep it) the viewer reads the run's log once, into an index
+ * from each run to its parent: a run's `RunStarted` never changes, so an entry never goes stale.
  *
  * @internal
  */
@@ -45,7 +45,9 @@ export const make = (): Index => {
         const store = yield* RunLogStore.RunLogStore
         const all = yield* store.listRuns()
         if (!all.some((summary) => summary.runId === runId)) return Option.none()
-        const unseen = all.filter((summary) => !parents.has(summary.runId))
+        const parentOf = (summary: RunLogStore.RunSummary): Parent | null | undefined =>
+          summary.forkedFrom !== undefined ? summary.forkedFrom : parents.get(summary.runId)
+        const unseen = all.filter((summary) => summary.forkedFrom === undefined && !parents.has(summary.runId))
         yield* Effect.forEach(
           unseen,
           (summary) =>
@@ -64,7 +66,7 @@ export const make = (): Index => {
         )
         return Option.some(all
           .flatMap((summary) => {
-            const parent = parents.get(summary.runId)
+            const parent = parentOf(summary)
             if (parent === undefined || parent === null || parent.runId !== runId) return []
             return [{
               runId: summary.runId,

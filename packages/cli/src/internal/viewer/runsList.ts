@@ -11,6 +11,7 @@ import { sha256 } from "@polyloop/core/Snapshot"
 import * as StopReason from "@polyloop/core/StopReason"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Prices from "./prices.js"
 
 /** The most runs one page holds. */
 export const maxPageSize = 200
@@ -57,10 +58,36 @@ const encodeSummary = Schema.encodeSync(RunLogStore.RunSummary)
 const sortedDistinct = (values: Iterable<string>): ReadonlyArray<string> => [...new Set(values)].sort()
 
 /**
- * The page of runs the query asks for, with the total after filtering and the values the
- * filters can take (from all runs, so a filter never hides its own alternatives).
+ * What a run's replies cost under the price table (design 0343: the summary's model and token
+ * split); undefined when the table prices neither its model nor `*`, or the store does not say
+ * how its tokens split into input and output.
  */
-export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary>) => {
+export const costOf = (prices: Prices.PriceTable, summary: RunLogStore.RunSummary): number | undefined =>
+  summary.inputTokens === undefined || summary.outputTokens === undefined
+    ? undefined
+    : Prices.cost(prices, summary.model ?? undefined, { input: summary.inputTokens, output: summary.outputTokens })
+
+/** The totals of the filtered runs: tokens and, with a price table, their cost (unpriced runs counted apart). */
+export const totals = (runs: ReadonlyArray<RunLogStore.RunSummary>, prices: Prices.PriceTable | undefined) => {
+  let tokens = 0
+  let amount = 0
+  let unpriced = 0
+  for (const summary of runs) {
+    tokens += summary.tokens
+    if (prices === undefined) continue
+    const cost = costOf(prices, summary)
+    if (cost === undefined) unpriced++
+    else amount += cost
+  }
+  return { runs: runs.length, tokens, cost: prices === undefined ? null : { currency: prices.currency, amount, unpriced } }
+}
+
+/**
+ * The page of runs the query asks for, with the total after filtering and the values the
+ * filters can take (from all runs, so a filter never hides its own alternatives); with a price
+ * table, each run's cost (null: unpriced) and the filtered runs' total.
+ */
+export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary>, prices?: Prices.PriceTable) => {
   const pageSize = query.pageSize ?? defaultPageSize
   const filtered = all.filter((summary) => matches(query, summary))
   const pages = Math.max(1, Math.ceil(filtered.length / pageSize))
@@ -68,8 +95,13 @@ export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary
   const runs = filtered.slice((current - 1) * pageSize, current * pageSize)
   const reasons = all.flatMap((summary) => Option.toArray(summary.stopReason))
   return {
-    runs: runs.map((summary) => ({ ...encodeSummary(summary), stopReasonLabel: stopReasonLabel(summary) })),
+    runs: runs.map((summary) => ({
+      ...encodeSummary(summary),
+      stopReasonLabel: stopReasonLabel(summary),
+      ...(prices === undefined ? {} : { cost: costOf(prices, summary) ?? null })
+    })),
     total: filtered.length,
+    totals: totals(filtered, prices),
     page: current,
     pages,
     pageSize,

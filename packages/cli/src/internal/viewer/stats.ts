@@ -4,12 +4,13 @@
  * encoded the same way), with the plots' numbers computed here: histograms of steps and tokens
  * per run, runs over time, and costs by the server's price table.
  *
- * A finished run never changes, so the server keeps an index of them (like the forks' index):
- * per finished run, its `RunStarted` (the snapshot cut down to the agent's name and model) and
- * its `RunFinished` — a few hundred bytes, not the log. The first request reads the log of every
- * finished run once; later ones list the runs (one summary query) and read only the runs that
- * finished since. `Stats.compute` runs over logs made of those two records, which is all it
- * reads, so the figures are those of the command.
+ * A request is one `listRuns` query (design 0343): a finished run's summary from a store that
+ * keeps the details (snapshot hash, model, `RunFinished` counters: the memory and SQL stores)
+ * becomes a log of two records, its `RunStarted` (the snapshot cut down to the agent's name and
+ * model) and its `RunFinished`, with no log read. `Stats.compute` runs over those logs, which is
+ * all it reads, so the figures are those of the command. A summary without the details (a store
+ * that does not keep them) is read from its log once, into the server's index of finished runs
+ * (design 0342, decision 3): a finished run never changes.
  *
  * @internal
  */
@@ -52,21 +53,12 @@ interface Entry {
   readonly stopReason: string
 }
 
-const modelOf = (snapshot: unknown): string | null => {
-  if (typeof snapshot !== "object" || snapshot === null || !("agent" in snapshot)) return null
-  const agent = snapshot.agent
-  if (typeof agent !== "object" || agent === null || !("modelSettings" in agent)) return null
-  const settings = agent.modelSettings
-  if (typeof settings !== "object" || settings === null || !("model" in settings)) return null
-  return typeof settings.model === "string" ? settings.model : null
-}
-
 const entryOf = (log: RunLog.RunLog): Entry | undefined => {
   if (Option.isNone(log.started) || Option.isNone(log.finished)) return undefined
   const started = log.started.value
   const finished = log.finished.value
   const agent = Stats.agentOf(log)
-  const model = modelOf(started.snapshot)
+  const model = RunLogStore.modelOf(started.snapshot)
   const small: RunLog.RunStarted = { ...started, snapshot: { agent: { name: agent, modelSettings: model === null ? {} : { model } } } }
   return {
     runId: started.runId,
@@ -80,6 +72,49 @@ const entryOf = (log: RunLog.RunLog): Entry | undefined => {
     inputTokens: finished.counters.usage.inputTokens,
     outputTokens: finished.counters.usage.outputTokens,
     stopReason: StopReason.format(finished.stopReason)
+  }
+}
+
+/** The entry of a finished run from its summary alone, when the store keeps the details (design 0343). */
+export const entryOfSummary = (summary: RunLogStore.RunSummary): Entry | undefined => {
+  const { counters, model, snapshotHash } = summary
+  if (snapshotHash === undefined || model === undefined || counters === undefined || counters === null) return undefined
+  if (Option.isNone(summary.stopReason)) return undefined
+  const started: RunLog.RunStarted = {
+    _tag: "RunStarted",
+    seq: 0,
+    runId: summary.runId as RunId,
+    task: "",
+    snapshot: { agent: { name: summary.agent, modelSettings: model === null ? {} : { model } } },
+    snapshotHash,
+    startedAt: summary.startedAt
+  }
+  const finished: RunLog.RunFinished = {
+    _tag: "RunFinished",
+    seq: 1,
+    stopReason: summary.stopReason.value,
+    finishedAt: Option.getOrElse(summary.finishedAt, () => summary.startedAt),
+    counters: {
+      steps: counters.steps,
+      effectiveSteps: counters.effectiveSteps,
+      usage: { inputTokens: counters.inputTokens, outputTokens: counters.outputTokens },
+      elapsed: summary.elapsed,
+      resumedCount: counters.resumedCount
+    },
+    eventDeliveryFailures: 0
+  }
+  return {
+    runId: summary.runId,
+    log: RunLog.fromRecords([started, finished]),
+    agent: summary.agent,
+    snapshotHash,
+    model,
+    startedAt: summary.startedAt,
+    steps: counters.steps,
+    tokens: counters.inputTokens + counters.outputTokens,
+    inputTokens: counters.inputTokens,
+    outputTokens: counters.outputTokens,
+    stopReason: StopReason.format(summary.stopReason.value)
   }
 }
 
@@ -144,25 +179,28 @@ export interface Index {
 /** A new, empty index. */
 export const make = (): Effect.Effect<Index> =>
   Effect.map(Effect.makeSemaphore(1), (lock) => {
-    const entries = new Map<string, Entry>()
-    /** Reads the runs that finished since the last request (one request at a time). */
-    const refresh = lock.withPermits(1)(Effect.gen(function*() {
+    /** Finished runs read from their logs: those whose summaries lack the details. */
+    const read = new Map<string, Entry>()
+    /** Every finished run's entry: one summary query; a log read only for a summary without the details, once. */
+    const current = lock.withPermits(1)(Effect.gen(function*() {
       const store = yield* RunLogStore.RunLogStore
       const finished = yield* store.listRuns({ status: "Finished" })
-      const fresh = finished.filter((summary) => !entries.has(summary.runId))
-      yield* Effect.forEach(fresh, (summary) =>
-        Effect.map(store.readLog(summary.runId as RunId), (log) => {
-          const entry = entryOf(log)
-          if (entry !== undefined) entries.set(entry.runId, entry)
-        }), { discard: true })
+      const entries: Array<Entry> = []
+      for (const summary of finished) {
+        const entry = entryOfSummary(summary) ?? read.get(summary.runId) ?? entryOf(yield* store.readLog(summary.runId as RunId))
+        if (entry === undefined) continue
+        if (summary.snapshotHash === undefined) read.set(entry.runId, entry)
+        entries.push(entry)
+      }
+      return entries
     }))
     return {
       document: (query, prices) =>
         Effect.gen(function*() {
-          yield* refresh
+          const entries = yield* current
           const agent = query.agent === undefined || query.agent === "" ? undefined : query.agent
           const snapshot = query.snapshot === undefined || query.snapshot === "" ? undefined : query.snapshot
-          const selected = [...entries.values()].filter((e) =>
+          const selected = entries.filter((e) =>
             (agent === undefined || e.agent === agent) && (snapshot === undefined || e.snapshotHash.startsWith(snapshot))
           )
           const groups = Stats.compute(selected.map((e) => e.log))
@@ -193,7 +231,7 @@ export const make = (): Effect.Effect<Index> =>
           return {
             groups: encodeGroups(groups),
             finished: selected.length,
-            agents: [...new Set([...entries.values()].map((e) => e.agent))].sort(),
+            agents: [...new Set(entries.map((e) => e.agent))].sort(),
             histograms: {
               steps: histogram(selected.map((e) => e.steps)),
               tokens: histogram(selected.map((e) => e.tokens)),

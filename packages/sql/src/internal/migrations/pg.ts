@@ -12,6 +12,10 @@
  *   clauses (`SqlRunLogStore`). The version is recorded so that one number means one store
  *   version in both dialects.
  * - 4: `polyloop_blobs` (content-addressed blobs) and `polyloop_refs` (per-run names of blobs), design 0330.
+ * - 5: the summary row carries what the viewer's statistics, forks and prices read (design 0343):
+ *   the snapshot's hash and model, the fork's parent, the replies' input tokens and the
+ *   `RunFinished` counters; existing runs are backfilled from their records. The append
+ *   statements write them (`pg.ts`).
  *
  * Records are stored as `text` (the exact JSON the record Schemas encode), not `jsonb`, so a log
  * reads back byte for byte. Epoch milliseconds are `bigint` (claims) or `double precision`
@@ -101,10 +105,49 @@ const blobs = Effect.gen(function*() {
 )`
 })
 
+/**
+ * Version 5 (design 0343): the summary's details, backfilled with the same rules as
+ * `RunLogStore.summarize` (and SQLite's version 5).
+ */
+const summaryDetails = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE polyloop_runs
+  ADD COLUMN snapshot_hash text,
+  ADD COLUMN model text,
+  ADD COLUMN forked_from text,
+  ADD COLUMN fork_step integer,
+  ADD COLUMN fork_differences integer,
+  ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0,
+  ADD COLUMN fin_steps integer,
+  ADD COLUMN fin_effective_steps integer,
+  ADD COLUMN fin_input_tokens bigint,
+  ADD COLUMN fin_output_tokens bigint,
+  ADD COLUMN fin_resumed integer`
+  yield* sql`UPDATE polyloop_runs u SET
+  snapshot_hash = s.p ->> 'snapshotHash',
+  model = CASE WHEN jsonb_typeof(s.p #> '{snapshot,agent,modelSettings,model}') = 'string'
+    THEN s.p #>> '{snapshot,agent,modelSettings,model}' END,
+  forked_from = s.p #>> '{forkedFrom,runId}',
+  fork_step = (s.p #>> '{forkedFrom,step}')::integer,
+  fork_differences = CASE WHEN jsonb_typeof(s.p -> 'forkedFrom') = 'object'
+    THEN coalesce(jsonb_array_length(s.p #> '{forkedFrom,differences}'), 0) END,
+  fin_steps = (f.p #>> '{counters,steps}')::integer,
+  fin_effective_steps = (f.p #>> '{counters,effectiveSteps}')::integer,
+  fin_input_tokens = (f.p #>> '{counters,usage,inputTokens}')::bigint,
+  fin_output_tokens = (f.p #>> '{counters,usage,outputTokens}')::bigint,
+  fin_resumed = (f.p #>> '{counters,resumedCount}')::integer,
+  input_tokens = (SELECT coalesce(sum((r.payload::jsonb #>> '{reply,usage,inputTokens}')::bigint), 0)
+    FROM polyloop_records r WHERE r.run_id = u.run_id AND r.kind = 'ModelReplied')
+FROM (SELECT run_id, payload::jsonb AS p FROM polyloop_records WHERE seq = 0 AND kind = 'RunStarted') s
+LEFT JOIN (SELECT run_id, payload::jsonb AS p FROM polyloop_records WHERE kind = 'RunFinished') f ON f.run_id = s.run_id
+WHERE s.run_id = u.run_id`
+})
+
 /** The PostgreSQL migrations, keyed `<id>_<name>` (the same versions as SQLite's). */
 export const migrations: Record<string, Effect.Effect<void, SqlError, SqlClient.SqlClient>> = {
   "1_create_records": createRecords,
   "2_run_summaries": runSummaries,
   "3_append_view": Effect.void,
-  "4_blobs": blobs
+  "4_blobs": blobs,
+  "5_summary_details": summaryDetails
 }
