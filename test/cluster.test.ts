@@ -5,7 +5,8 @@
  * that does not decode fails the run with its error kept; a run whose resolve failed is run again
  * by `Cluster.retry`; a run whose call needs approval is `Suspended` (live and in the index)
  * until `Cluster.decide` delivers the decision, then finishes — the approved charge runs once; a
- * decision recorded outside the cluster (`Agent.decide`) is found by the suspended run's poll.
+ * decision recorded outside the cluster (`Agent.decide`) is found by the suspended run's poll; a
+ * conversation's messages (`Cluster.send`) are answered once each, a retried send a duplicate.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Cluster from "@polyloop/cluster/Cluster"
@@ -59,10 +60,11 @@ const agent = AgentDefinition.make({ name: "cluster", systemPrompt: "charge, the
 
 const model = Layer.unwrapEffect(
   Effect.map(
-    ScriptedModel.make((request, call) => {
-      const task = request.messages.find((m) => m._tag === "User")
-      const amount = Number(/amount (\d+)/.exec(task?._tag === "User" ? task.text : "")?.[1] ?? 0)
-      return call.step === 0 ? ScriptedModel.toolCall("charge", { amount }, { id: "c" }) : ScriptedModel.text(`done ${amount}`)
+    // A turn (a run's task, or a conversation's message): charge the amount its text names, then answer.
+    ScriptedModel.make((request) => {
+      const said = request.messages.filter((m) => m._tag === "User").at(-1)
+      const amount = Number(/amount (\d+)/.exec(said?._tag === "User" ? said.text : "")?.[1] ?? 0)
+      return request.messages.at(-1)?._tag === "User" ? ScriptedModel.toolCall("charge", { amount }, { id: "c" }) : ScriptedModel.text(`done ${amount}`)
     }),
     (m) => m.layer
   )
@@ -192,8 +194,21 @@ describe.sequential("@polyloop/cluster in one process", () => {
         assert.deepStrictEqual(big2.stopReason, { _tag: "Completed", by: "Answer", answer: "done 60" })
         assert.deepStrictEqual(charged.filter((c) => c.startsWith("run-big2:")), [], "a rejected charge never runs")
 
+        // A conversation hosted on the cluster (design 0300): each message a persisted `Send` to the
+        // conversation's entity, answered by `Agent.send` on the runner; a retried send is a
+        // duplicate with the first reply, and its charge ran once.
+        const first = yield* Cluster.send("chat-1", { messageId: "m1", text: "please charge amount 3" }, { amount: 0 })
+        assert.deepStrictEqual([first.turn, first.stopReason], [0, { _tag: "Completed", by: "Answer", answer: "done 3" }])
+        const second = yield* Cluster.send("chat-1", { messageId: "m2", text: "and charge amount 4" }, { amount: 0 })
+        assert.deepStrictEqual([second.turn, second.stopReason], [1, { _tag: "Completed", by: "Answer", answer: "done 4" }])
+        assert.deepStrictEqual(yield* Cluster.send("chat-1", { messageId: "m2", text: "and charge amount 4" }, { amount: 0 }), second)
+        assert.deepStrictEqual(charged.filter((c) => c.startsWith("chat-1:")), ["chat-1:3", "chat-1:4"])
+        const conversation = yield* Effect.flatMap(RunLogStore.RunLogStore, (store) => store.readLog(runId("chat-1")))
+        assert.deepStrictEqual(conversation.userMessages.map((m) => m.messageId), ["m2"])
+        assert.deepStrictEqual(conversation.turns.map((t) => t.turn), [0, 1])
+
         const all = yield* Cluster.list()
-        assert.deepStrictEqual(all.map((e) => e.runId).sort(), ["run-a", "run-b", "run-bad", "run-big", "run-big2", "run-broken", "run-c"])
+        assert.deepStrictEqual(all.map((e) => e.runId).sort(), ["chat-1", "run-a", "run-b", "run-bad", "run-big", "run-big2", "run-broken", "run-c"])
       }).pipe(Effect.provide(runnerLayer(url, port)))
     }), 180_000)
 

@@ -78,6 +78,31 @@ export const submit = (
     return fresh
   }).pipe(Effect.withSpan("Cluster.submit", { attributes: { "polyloop.run_id": runId } }))
 
+/**
+ * Sends a person's message to a conversation hosted on the cluster (design 0300): its `Send`
+ * message is written to the cluster's message table (durable before anything acts on it; keyed
+ * by `messageId`, so a retried send is a duplicate and gets the first reply), the runner owning
+ * the conversation's shard answers it with `Agent.send`, and this waits for the turn's result.
+ * The first message starts the conversation (its index row is written first, as `submit` does).
+ */
+export const send = (
+  runId: string,
+  message: { readonly messageId: string; readonly text: string },
+  payload: unknown
+): Effect.Effect<Agent.RunResult, RunFailed | StoreError, Sharding.Sharding | SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const payloadText = yield* RunIndex.encodePayload(runId, payload)
+    yield* RunIndex.submitted(runId, payloadText)
+    const client = yield* RunEntity.client
+    return yield* client(runId).Send({ payload: JSON.parse(payloadText), messageId: message.messageId, text: message.text }).pipe(
+      Effect.catchTags({
+        PersistenceError: (error) => Effect.fail(clusterFailure("sending a message", runId)(error)),
+        MailboxFull: (error) => Effect.fail(clusterFailure("sending a message", runId)(error)),
+        AlreadyProcessingMessage: (error) => Effect.fail(clusterFailure("sending a message", runId)(error))
+      })
+    )
+  }).pipe(Effect.withSpan("Cluster.send", { attributes: { "polyloop.run_id": runId } }))
+
 /** Where a run is, read from the run index (no runner is asked). */
 export type Status =
   | { readonly _tag: "NotSubmitted"; readonly runId: string }

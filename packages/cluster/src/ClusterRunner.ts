@@ -156,7 +156,10 @@ export const layer = <P, I, E, R>(
           Effect.annotateLogs({ runId, runner })
         )
 
-      const runOnce = (payload: unknown, payloadText: string) =>
+      /** A conversation's message (`Send`): the turn it starts is run with `Agent.send`. */
+      type Message = { readonly messageId: string; readonly text: string } | undefined
+
+      const runOnce = (payload: unknown, payloadText: string, message: Message) =>
         Effect.gen(function*() {
           yield* Ref.update(live, (s) => ({ state: "Running" as const, attempts: s.attempts + 1 }))
           yield* record(payloadText, { status: "Running", attempt: true })
@@ -181,14 +184,25 @@ export const layer = <P, I, E, R>(
               error: `resolve returned a request for run ${resolved.request.runId}, not for ${runId}`
             })
           }
-          return yield* Agent.run(resolved.request).pipe(
+          const request = resolved.request
+          const attempt = message === undefined
+            ? Agent.run(request)
+            : Agent.send({
+              runId,
+              messageId: message.messageId,
+              text: message.text,
+              agent: request.agent,
+              tools: request.tools,
+              ...(request.streaming === undefined ? {} : { streaming: request.streaming })
+            })
+          return yield* attempt.pipe(
             Effect.provideService(ActionExecutor, resolved.executor),
             Effect.mapError(fromRunError)
           )
         }).pipe(permits.withPermits(1))
 
-      const retried = (payload: unknown, payloadText: string) =>
-        runOnce(payload, payloadText).pipe(
+      const retried = (payload: unknown, payloadText: string, message: Message) =>
+        runOnce(payload, payloadText, message).pipe(
           Effect.tapError((error) =>
             error._tag === "Busy"
               ? Effect.zipRight(
@@ -221,25 +235,25 @@ export const layer = <P, I, E, R>(
         }
       })
 
-      const toEnd = (payload: unknown, payloadText: string): Effect.Effect<Agent.RunResult, AttemptError, never> =>
-        retried(payload, payloadText).pipe(
+      const toEnd = (payload: unknown, payloadText: string, message: Message): Effect.Effect<Agent.RunResult, AttemptError, never> =>
+        retried(payload, payloadText, message).pipe(
           Effect.catchIf(
             (error) => error._tag === "Suspended",
             () =>
               Ref.update(live, (s) => ({ ...s, state: "Suspended" as const })).pipe(
                 Effect.zipRight(record(payloadText, { status: "Suspended" })),
                 Effect.zipRight(awaitDecision),
-                Effect.zipRight(Effect.suspend(() => toEnd(payload, payloadText)))
+                Effect.zipRight(Effect.suspend(() => toEnd(payload, payloadText, message)))
               )
           )
         ) as Effect.Effect<Agent.RunResult, AttemptError, never>
 
-      const start = (payload: unknown) =>
+      const start = (payload: unknown, message: Message) =>
         Effect.gen(function*() {
           const payloadText = yield* RunIndex.encodePayload(runId, payload).pipe(
             Effect.mapError((error) => new RunFailed({ runId, reason: "Payload", error: describeError(error) }))
           )
-          const result = yield* toEnd(payload, payloadText).pipe(
+          const result = yield* toEnd(payload, payloadText, message).pipe(
             Effect.mapError((error) =>
               new RunFailed({
                 runId,
@@ -262,7 +276,8 @@ export const layer = <P, I, E, R>(
         }).pipe(Effect.ensuring(Ref.update(live, (s) => ({ ...s, state: "Idle" as const }))))
 
       return RunEntity.of({
-        Start: (envelope) => start(envelope.payload.payload),
+        Start: (envelope) => start(envelope.payload.payload, undefined),
+        Send: (envelope) => start(envelope.payload.payload, { messageId: envelope.payload.messageId, text: envelope.payload.text }),
         Decide: (envelope) =>
           Agent.decide({
             runId,

@@ -76,6 +76,19 @@ export const Start = Rpc.make("Start", {
   primaryKey: () => "start"
 }).annotate(ClusterSchema.Persisted, true)
 
+/**
+ * A person's message to a conversation hosted on the cluster (design 0300): the runner answers it
+ * with `Agent.send` (the payload resolved as for `Start`) and replies with the turn's result.
+ * Persisted and keyed by the caller's message id: delivered once, across a runner's death; a
+ * retried send is a duplicate and gets the first reply.
+ */
+export const Send = Rpc.make("Send", {
+  payload: { payload: Schema.Unknown, messageId: Schema.String, text: Schema.String },
+  success: Agent.RunResult,
+  error: RunFailed,
+  primaryKey: ({ messageId }) => `send/${messageId}`
+}).annotate(ClusterSchema.Persisted, true)
+
 /** The errors `Agent.decide` can reply to a `Decide` with. */
 export const DecideError = Schema.Union(
   Approval.NotSuspended,
@@ -107,4 +120,4 @@ export const Decide = Rpc.make("Decide", {
 export const Status = Rpc.make("Status", { success: LiveStatus })
 
 /** The entity: one per run id. */
-export const RunEntity = Entity.make("polyloop/Run", [Start, Decide, Status])
+export const RunEntity = Entity.make("polyloop/Run", [Start, Send, Decide, Status])
