@@ -54,7 +54,6 @@ import { currentCall, ModelClient, type ModelRequest } from "./ModelClient.js"
 import { type ModelReply, Usage } from "./ModelReply.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import type { ParsedReply } from "./ParsedReply.js"
-import type { JsonValue } from "./internal/jsonValue.js"
 import * as RunLog from "./RunLog.js"
 import { RunLogStore } from "./RunLogStore.js"
 import * as Snapshot from "./Snapshot.js"
@@ -553,11 +552,7 @@ const appendMessage = (
         ? {
           snapshot: snapshot.value,
           snapshotHash: snapshot.hash,
-          differences: Snapshot.diff(Snapshot.upgrade(inForce.snapshot), snapshot.value).map(([path, before, after]) => ({
-            path,
-            ...(before === undefined ? {} : { parent: before as Schema.Schema.Type<typeof JsonValue> }),
-            ...(after === undefined ? {} : { fork: after as Schema.Schema.Type<typeof JsonValue> })
-          }))
+          differences: Snapshot.diff(Snapshot.upgrade(inForce.snapshot), snapshot.value).map(Fork.toDifference)
         }
         : {})
     }

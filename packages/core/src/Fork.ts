@@ -83,7 +83,8 @@ export const isUntouched = (log: RunLog.RunLog): boolean => {
 export const parentOf = (log: RunLog.RunLog): Option.Option<RunLog.ForkedFrom> =>
   Option.flatMap(log.started, (started) => Option.fromNullable(started.forkedFrom))
 
-const toDifference = ([path, parent, fork]: readonly [string, unknown, unknown]): RunLog.ForkDifference => ({
+/** One difference of `Snapshot.diff` as recorded (a fork's, or a conversation's redeploy between turns). @internal */
+export const toDifference = ([path, parent, fork]: readonly [string, unknown, unknown]): RunLog.ForkDifference => ({
   path,
   ...(parent === undefined ? {} : { parent }),
   ...(fork === undefined ? {} : { fork })
