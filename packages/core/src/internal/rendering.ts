@@ -208,7 +208,8 @@ export const make = (
       const end = stepStarts[0] ?? messages.length
       for (let i = 0; i < end; i++) preamble += messageTokens(count, messages[i]!)
     }
-    const turns = source.turnMessages.length === 0 ? undefined : new Set(source.turnMessages)
+    // A person's messages (a conversation's) only when there are steps to count: once per step, not per request.
+    const turns = verbatim.length - 1 >= steps || source.turnMessages.length === 0 ? undefined : new Set(source.turnMessages)
     for (let s = verbatim.length - 1; s < steps; s++) {
       const start = stepStarts[s]!
       const end = stepStarts[s + 1] ?? messages.length
