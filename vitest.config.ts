@@ -18,7 +18,8 @@ export default defineConfig({
     include: [
       "packages/*/test/**/*.test.ts",
       "examples/**/*.test.ts",
-      "test/**/*.test.ts"
+      "test/**/*.test.ts",
+      "bench/**/*.test.ts"
     ],
     exclude: ["**/node_modules/**", "**/build/**", "**/dist/**"],
     env: { NODE_OPTIONS: childNodeOptions },

@@ -13,6 +13,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { round } from "./lib/measure.js"
+import * as Regression from "./lib/regression.js"
 import * as Raw from "./lib/sqlite.js"
 import * as Durable from "./sections/durable.js"
 import * as History from "./sections/history.js"
@@ -56,6 +57,20 @@ const commit = (): string => {
 }
 
 /** The hand-written part of README.md: how to read the figures. */
+/** The committed `bench/results.json` (at HEAD), else the file on disk, else nothing. */
+const committedResults = (): { readonly results: unknown; readonly label: string } | undefined => {
+  try {
+    const text = execSync("git show HEAD:bench/results.json", { encoding: "utf8", cwd: benchDir, stdio: ["ignore", "pipe", "ignore"] })
+    const head = execSync("git rev-parse --short HEAD", { encoding: "utf8", cwd: benchDir }).trim()
+    const parsed: unknown = JSON.parse(text)
+    const measuredAt = (parsed as { machine?: { commit?: unknown } }).machine?.commit
+    return { results: parsed, label: `bench/results.json at ${head}, measured at ${typeof measuredAt === "string" ? measuredAt : "?"}` }
+  } catch {
+    const file = path.join(benchDir, "results.json")
+    return fs.existsSync(file) ? { results: JSON.parse(fs.readFileSync(file, "utf8")), label: "bench/results.json on disk" } : undefined
+  }
+}
+
 const reading = (): string => {
   const file = path.join(benchDir, "HOW-TO-READ.md")
   return fs.existsSync(file) ? fs.readFileSync(file, "utf8") : ""
@@ -162,6 +177,10 @@ const main = async (): Promise<void> => {
     }
   ]
 
+  const before = committedResults()
+  const verdicts = before === undefined ? [] : Regression.compare(Regression.figuresOf(before.results), Regression.figuresOf({ loop, durable, growth: growth.rows, resume, many, history }))
+  const regression = { against: before?.label ?? "nothing committed", verdicts }
+
   const results = {
     quick,
     machine,
@@ -173,14 +192,21 @@ const main = async (): Promise<void> => {
     resume,
     many,
     history,
-    targets
+    targets,
+    regression
   }
   const resultsFile = path.join(benchDir, quick ? "results.quick.json" : "results.json")
   fs.writeFileSync(resultsFile, `${JSON.stringify(results, null, 2)}\n`)
 
   const table = renderTables(results)
   if (!quick) fs.writeFileSync(path.join(benchDir, "README.md"), renderReadme(results, table, reading()))
-  process.stdout.write(`${table}\n\n${renderTargets(results)}\n`)
+  process.stdout.write(`${table}\n\n${renderTargets(results)}\n\n${Regression.render(verdicts, regression.against)}\n`)
+  const missed = verdicts.filter((v) => v.missed)
+  if (missed.length > 0) {
+    process.stdout.write(`\nMISSED: ${missed.length} figure(s) regressed beyond their noise: ${missed.map((v) => v.name).join("; ")}\n`)
+    // A quick run's figures are rough: it reports, a full run fails.
+    if (!quick) process.exitCode = 1
+  }
   log(`done in ${results.durationSeconds}s; wrote ${path.relative(process.cwd(), resultsFile)}${quick ? " (quick: README.md not rewritten)" : " and bench/README.md"}`)
 }
 
@@ -196,6 +222,7 @@ type Results = {
   readonly many: ReadonlyArray<Many.ManyRow>
   readonly history: ReadonlyArray<History.HistoryRow>
   readonly targets: ReadonlyArray<{ readonly name: string; readonly value: string; readonly target: string; readonly met: boolean }>
+  readonly regression?: { readonly against: string; readonly verdicts: ReadonlyArray<Regression.Verdict> }
 }
 
 const n = (value: number, digits = 1): string => round(value, digits).toLocaleString("en-US")
@@ -256,12 +283,14 @@ const renderReadme = (r: Results, table: string, reading: string): string => {
     "`npm run bench` runs everything below in one process (about " + `${Math.ceil(r.durationSeconds / 60)} min here) and rewrites this file and \`bench/results.json\`;`,
     "`npm run bench -- --quick` is a smoke run (writes `bench/results.quick.json` only); `npm run bench -- --render` rewrites",
     "this file from `results.json` and `HOW-TO-READ.md` without measuring. Figures are medians of repetitions after warm-up.",
-    "These are benchmarks, not tests: nothing here fails a build. The optimisation history is in `NOTES.md`.",
+    "These are benchmarks, not tests: nothing here fails a build, but a full run exits non-zero and prints MISSED when a",
+    "figure regressed beyond its noise against the committed `results.json` (below). The optimisation history is in `NOTES.md`.",
     "",
     "## Targets",
     "",
     renderTargets(r),
     "",
+    ...(r.regression === undefined ? [] : ["## Against the committed figures", "", Regression.render(r.regression.verdicts, r.regression.against), ""]),
     "## Results",
     "",
     table,
