@@ -52,17 +52,6 @@ export type Append = (
 ) => Effect.Effect<void, SqlError | SeqConflict | LeaseLost | StoreError>
 
 /** Effect's built-in tracer (spans kept in memory, seen by nobody). */
-const builtInTracer = Effect.runSync(Effect.tracer)
-
-/**
- * A span on a hot path (an append runs twice per step) only when a tracer other than the
- * built-in one is installed: a span costs more CPU than the append's own statements.
- */
-const withSpanIfTraced = (name: string, attributes: () => Record<string, unknown>) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.tracerWith((tracer) =>
-    tracer === builtInTracer ? effect : Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false })
-  )
 
 /**
  * The backend over `sql` (each operation's connection from `connect`), appending with the
@@ -128,7 +117,7 @@ const makeSync = (
         }
         return Effect.succeed(texts)
       }),
-      Effect.withSpan("SqlRunLogStore.read", { attributes: { runId } })
+      Statements.withSpanIfTraced("SqlRunLogStore.read", () => ({ runId }))
     )
 
   const append: RunLogStore.Backend["append"] = (runId, records) =>
@@ -148,7 +137,7 @@ const makeSync = (
               : Effect.fail(failWith("appending to the log", runId)(error))
         })
       )
-    }).pipe(withSpanIfTraced("SqlRunLogStore.append", () => ({ runId, records: records.length })))
+    }).pipe(Statements.withSpanIfTraced("SqlRunLogStore.append", () => ({ runId, records: records.length })))
 
   const listRuns: RunLogStore.Backend["listRuns"] = (query) =>
     Effect.gen(function*() {

@@ -13,6 +13,10 @@
  * fiber is interrupted while it waits may still be committed, as a write that had not returned
  * may be after a crash.
  *
+ * `batcher` is the same mechanism for statements with an answer per entry (claims and releases
+ * of leases, design 0350): entries that reach it together are made by one `group` call, which
+ * answers each; when it fails, each entry is made `alone` and gets its own outcome.
+ *
  * @internal
  */
 import type { SqlError } from "@effect/sql/SqlError"
@@ -92,5 +96,50 @@ export const make = (
       return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), Deferred.await(done))
     })
 
+  return { submit }
+}
+
+/** An entry waiting for the next batch: its input, and where its outcome goes. */
+interface Pending<I, A, E> {
+  readonly input: I
+  readonly done: Deferred.Deferred<A, E>
+}
+
+/**
+ * A batcher (design 0350): `submit` joins the next batch (or starts it, letting the other fibers
+ * run once) and returns its own outcome. A batch of more than one entry is made by `group` (at
+ * most `maxBatch` entries a call), which answers every entry in order; if it fails, every entry
+ * of it is made `alone`. A batch of one is made `alone`. The maker runs uninterruptibly, so each
+ * outcome handed to a waiter is its statement's own, never an interruption.
+ */
+export const batcher = <I, A, E>(options: {
+  readonly group: (inputs: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<A>, E>
+  readonly alone: (input: I) => Effect.Effect<A, E>
+  readonly maxBatch: number
+}): { readonly submit: (input: I) => Effect.Effect<A, E> } => {
+  let waiting: Array<Pending<I, A, E>> = []
+  const alone = (entry: Pending<I, A, E>) => Effect.flatMap(Effect.exit(options.alone(entry.input)), (exit) => Deferred.done(entry.done, exit))
+  const makeBatch = (batch: ReadonlyArray<Pending<I, A, E>>): Effect.Effect<void> => {
+    if (batch.length === 1) return alone(batch[0]!)
+    return Effect.flatMap(Effect.exit(options.group(batch.map((entry) => entry.input))), (exit) => {
+      if (Exit.isFailure(exit) || exit.value.length !== batch.length) return Effect.forEach(batch, alone, { discard: true })
+      const answers = exit.value
+      return Effect.forEach(batch, (entry, i) => Deferred.succeed(entry.done, answers[i]!), { discard: true })
+    })
+  }
+  const flush: Effect.Effect<void> = Effect.suspend(() => {
+    const taken = waiting
+    waiting = []
+    const batches: Array<ReadonlyArray<Pending<I, A, E>>> = []
+    for (let i = 0; i < taken.length; i += options.maxBatch) batches.push(taken.slice(i, i + options.maxBatch))
+    return Effect.forEach(batches, makeBatch, { discard: true })
+  })
+  const submit = (input: I): Effect.Effect<A, E> =>
+    Effect.suspend(() => {
+      const done = Deferred.unsafeMake<A, E>(FiberId.none)
+      waiting.push({ input, done })
+      if (waiting.length > 1) return Deferred.await(done)
+      return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), Deferred.await(done))
+    })
   return { submit }
 }

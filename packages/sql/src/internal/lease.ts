@@ -12,6 +12,11 @@
  * The dialects fence appends with the lease: atomically with the append, the lease row must
  * still name the writer (`Leases.held` says which runs this store holds and as whom).
  *
+ * While the store holds other claims, claims and releases that reach it together are grouped
+ * (design 0350): one multi-row upsert takes every lease of the group that is free or expired,
+ * one read returns each run's holder, one `DELETE` releases a group's leases; a failed group is
+ * made again one at a time.
+ *
  * @internal
  */
 import type { SqlError } from "@effect/sql/SqlError"
@@ -24,7 +29,8 @@ import * as Predicate from "effect/Predicate"
 import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import * as os from "node:os"
-import type { Statements } from "./statements.js"
+import * as GroupCommit from "./groupCommit.js"
+import { type Param, type Statements, withSpanIfTraced } from "./statements.js"
 
 /** Is a lease owner a process of this machine that no longer runs? */
 export const isDeadLocalOwner = (owner: string): boolean => {
@@ -41,6 +47,9 @@ export const isDeadLocalOwner = (owner: string): boolean => {
 }
 
 let claimCounter = 0
+
+/** Claims (or releases) made by one grouped statement at most: 3 parameters a claim, far below either dialect's limit. */
+export const maxGroupedClaims = 500
 
 /** The lease settings of a store. */
 export interface LeaseOptions {
@@ -86,7 +95,7 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
    * held by a dead process of this machine — one atomic upsert, no transaction — then reads
    * who holds it: `RunBusy` names a live holder.
    */
-  const takeLease = (runId: RunId, owner: string) =>
+  const takeLeaseAlone = (runId: RunId, owner: string) =>
     Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
       let dead: string | null = null
@@ -96,12 +105,84 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
       }
       yield* query(upsertClaimSql, [runId, owner, now + leaseMillis, now, dead])
       return yield* holder(runId)
+    })
+
+  /** Claims being taken now (a claim waiting in a group counts). */
+  let claiming = 0
+
+  /** Alone when the store holds and takes no other claim (no queue, no yield); grouped with the others' otherwise. */
+  const takeLease = (runId: RunId, owner: string) =>
+    Effect.suspend(() => {
+      claiming += 1
+      const taken = held.size === 0 && claiming === 1 ? takeLeaseAlone(runId, owner) : takeLeaseGrouped.submit({ runId, owner })
+      return Effect.ensuring(taken, Effect.sync(() => {
+        claiming -= 1
+      }))
     }).pipe(
       Effect.mapError(failWith("claiming the run", runId)),
       Effect.flatMap((current) =>
         current === owner ? Effect.void : Effect.fail(new RunBusy({ runId, ...(current === "" ? {} : { owner: current }) }))
       )
     )
+
+  /** One compiled statement of a `sql` fragment: its text and parameters for the dialect. */
+  const compile = (statement: { readonly compile: () => readonly [string, ReadonlyArray<unknown>] }) => {
+    const [text, params] = statement.compile()
+    return query(text, params as ReadonlyArray<Param>)
+  }
+
+  /** The holders of the runs' leases, by run id. */
+  const holders = (runIds: ReadonlyArray<string>) =>
+    Effect.map(compile(sql`SELECT run_id, owner FROM polyloop_claims WHERE run_id IN ${sql.in(runIds)}`), (rows) => {
+      const byRun = new Map<string, string>()
+      for (const row of rows as ReadonlyArray<{ readonly run_id: string; readonly owner: string }>) byRun.set(row.run_id, row.owner)
+      return byRun
+    })
+
+  interface Claiming {
+    readonly runId: RunId
+    readonly owner: string
+  }
+
+  /**
+   * Takes many runs' leases at once (design 0350): the dead local holders read first (with
+   * `reclaimDeadLocalOwners`), one upsert of every lease, one read of every holder. Each
+   * claimant's answer is the holder its run has afterwards, as `takeLease` reads it.
+   */
+  const takeLeases = (claims: ReadonlyArray<Claiming>) =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const runIds = claims.map((c) => c.runId)
+      const dead: Array<string> = []
+      if (reclaimDeadLocalOwners) {
+        for (const previous of (yield* holders(runIds)).values()) if (isDeadLocalOwner(previous)) dead.push(previous)
+      }
+      const rows = claims.map((c) => ({ run_id: c.runId, owner: c.owner, expires_at: now + leaseMillis }))
+      const takeable = dead.length === 0
+        ? sql`polyloop_claims.expires_at <= ${now}`
+        : sql.or([sql`polyloop_claims.expires_at <= ${now}`, sql`polyloop_claims.owner IN ${sql.in(dead)}`])
+      yield* compile(
+        sql`INSERT INTO polyloop_claims ${sql.insert(rows)} ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE ${takeable}`
+      )
+      const after = yield* holders(runIds)
+      return claims.map((c) => after.get(c.runId) ?? "")
+    })
+
+  const takeLeaseGrouped = GroupCommit.batcher<Claiming, string, SqlError>({
+    group: takeLeases,
+    alone: (c) => takeLeaseAlone(c.runId, c.owner),
+    maxBatch: maxGroupedClaims
+  })
+
+  const releaseGrouped = GroupCommit.batcher<Claiming, void, SqlError>({
+    group: (releases) =>
+      Effect.as(
+        compile(sql`DELETE FROM polyloop_claims WHERE ${sql.or(releases.map((r) => sql.and([sql`run_id = ${r.runId}`, sql`owner = ${r.owner}`])))}`),
+        releases.map(() => undefined)
+      ),
+    alone: (r) => Effect.asVoid(query(releaseClaimSql, [r.runId, r.owner])),
+    maxBatch: maxGroupedClaims
+  })
 
   const renewLease = (runId: RunId, owner: string) =>
     Effect.gen(function*() {
@@ -119,8 +200,7 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
     )
 
   const releaseLease = (runId: RunId, owner: string) =>
-    query(releaseClaimSql, [runId, owner]).pipe(
-      Effect.asVoid,
+    Effect.suspend(() => (held.size === 0 ? Effect.asVoid(query(releaseClaimSql, [runId, owner])) : releaseGrouped.submit({ runId, owner }))).pipe(
       Effect.catchTag("SqlError", (error) =>
         Effect.logWarning(
           `run ${runId}: releasing the claim failed; it expires by itself`,
@@ -147,7 +227,7 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
         Effect.forever,
         Effect.forkScoped
       )
-    }).pipe(Effect.withSpan("SqlRunLogStore.claim", { attributes: { runId } }))
+    }).pipe(withSpanIfTraced("SqlRunLogStore.claim", () => ({ runId })))
 
   return { held, holder, claim }
 }

@@ -81,3 +81,16 @@ export const make = (
         : Effect.provideService(fault(context), SqlClient.TransactionConnection, [conn, 0] as const)
   }
 }
+
+const builtInTracer = Effect.runSync(Effect.tracer)
+
+/**
+ * A span on a hot path (an append runs twice per step; a read and a claim once per run) only when
+ * a tracer other than the built-in one is installed: a span, with the stack trace Effect takes
+ * for it by default, costs more CPU than the operation's own statements (design 0350).
+ */
+export const withSpanIfTraced = (name: string, attributes: () => Record<string, unknown>) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.tracerWith((tracer) =>
+    tracer === builtInTracer ? effect : Effect.withSpan(effect, name, { attributes: attributes(), captureStackTrace: false })
+  )

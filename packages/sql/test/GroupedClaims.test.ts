@@ -1,0 +1,169 @@
+/**
+ * Claims and releases grouped while a store holds other claims (design 0350): many claims that
+ * reach a store together are one upsert and one read (SQLite: one commit, counted in WAL
+ * frames), each claimant gets its own answer — its lease, or `RunBusy` for a run already held or
+ * named twice in the group — and their releases free every lease. On SQLite and PostgreSQL. And
+ * the batcher under it: a failed group is made again one entry at a time.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { RunBusy } from "@polyloop/core/Errors"
+import type { RunId } from "@polyloop/core/Ids"
+import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import type * as Scope from "effect/Scope"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import * as GroupCommit from "../src/internal/groupCommit.js"
+import * as F from "./fixtures.js"
+import { freshSchemaUrl } from "./PgSupport.js"
+import { openStore } from "./support/store.js"
+
+interface Outcome {
+  readonly runId: RunId
+  readonly busy: RunBusy | undefined
+}
+
+/**
+ * Holds `held` with `store`, then claims `runIds` all at once (each claim kept until `release`
+ * is done): the outcomes in order, then closes every scope. `between` runs once every claim has
+ * its answer, while the leases are held.
+ */
+const claimTogether = (
+  store: RunLogStore.RunLogStore.Service,
+  held: RunId,
+  runIds: ReadonlyArray<RunId>,
+  between: Effect.Effect<void, unknown>
+) =>
+  Effect.scoped(Effect.gen(function*() {
+    yield* store.claim(held)
+    const release = yield* Deferred.make<void>()
+    const answered = yield* Deferred.make<void>()
+    let answers = 0
+    const answer = Effect.suspend(() => (++answers === runIds.length ? Deferred.succeed(answered, undefined) : Effect.void))
+    const fibers = yield* Effect.forEach(runIds, (runId) =>
+      Effect.fork(Effect.scoped(Effect.gen(function*() {
+        const claimed = yield* Effect.either(store.claim(runId))
+        yield* answer
+        if (Either.isRight(claimed)) yield* Deferred.await(release)
+        return { runId, busy: Either.isLeft(claimed) && claimed.left instanceof RunBusy ? claimed.left : undefined } satisfies Outcome
+      }))))
+    yield* Deferred.await(answered)
+    yield* between
+    yield* Deferred.succeed(release, undefined)
+    return yield* Effect.forEach(fibers, Fiber.join)
+  }))
+
+/** Every run of `runIds` can be claimed by `other` at once (its lease was released). */
+const allFree = (other: RunLogStore.RunLogStore.Service, runIds: ReadonlyArray<RunId>) =>
+  Effect.forEach(runIds, (runId) => Effect.scoped(other.claim(runId)), { discard: true })
+
+const names = (count: number, prefix: string): ReadonlyArray<RunId> => Array.from({ length: count }, (_, i) => F.rid(`${prefix}-${i}`))
+
+/** The runs claimed together: 40 distinct, one named twice, and the run the store already holds. */
+const claimsOf = (prefix: string) => {
+  const distinct = names(40, prefix)
+  const twice = F.rid(`${prefix}-twice`)
+  const held = F.rid(`${prefix}-held`)
+  return { distinct, twice, held, all: [...distinct, twice, twice, held] }
+}
+
+const checkOutcomes = (outcomes: ReadonlyArray<Outcome>, claims: ReturnType<typeof claimsOf>) => {
+  for (const o of outcomes.slice(0, 40)) assert.strictEqual(o.busy, undefined, `${o.runId} should be claimed`)
+  const [first, second, held] = outcomes.slice(40)
+  // The run named twice: one claimant has it, the other is told who does.
+  assert.strictEqual([first!.busy, second!.busy].filter((b) => b === undefined).length, 1)
+  const refused = (first!.busy ?? second!.busy)!
+  assert.strictEqual(refused.runId, claims.twice)
+  assert.isString(refused.owner)
+  assert.instanceOf(held!.busy, RunBusy)
+  assert.strictEqual(held!.busy!.runId, claims.held)
+}
+
+const sqliteFrames = (file: string): number => {
+  const wal = `${file}-wal`
+  // A WAL frame: a 24-byte header and one 4,096-byte page (the store's page size).
+  return fs.existsSync(wal) ? Math.floor(fs.statSync(wal).size / (4096 + 24)) : 0
+}
+
+describe("grouped claims (design 0350)", () => {
+  it.scoped("SQLite: 43 claims at once are one commit, each claimant gets its own answer, and their releases free every lease", () =>
+    Effect.gen(function*() {
+      const dir = yield* F.tempDir()
+      const file = path.join(dir, "runs.db")
+      const store = yield* openStore(file, { synchronous: "FULL" })
+      const other = yield* openStore(file, { synchronous: "FULL" })
+      const claims = claimsOf("sqlite")
+      // A first claim and release, so the tables' pages are in the WAL before counting.
+      yield* Effect.scoped(store.claim(F.rid("warm")))
+      const beforeClaims = sqliteFrames(file)
+      let afterClaims = 0
+      const outcomes = yield* claimTogether(store, claims.held, claims.all, Effect.sync(() => {
+        afterClaims = sqliteFrames(file)
+      }))
+      const afterReleases = sqliteFrames(file)
+      checkOutcomes(outcomes, claims)
+      // One at a time, each of the 43 claims would be a commit of its own (at least one frame each).
+      const claimFrames = afterClaims - beforeClaims
+      assert.isAtLeast(claimFrames, 1)
+      assert.isBelow(claimFrames, 15, `claims wrote ${claimFrames} WAL frames`)
+      assert.isBelow(afterReleases - afterClaims, 15, `releases wrote ${afterReleases - afterClaims} WAL frames`)
+      yield* allFree(other, [...claims.distinct, claims.twice, claims.held])
+    }))
+
+  it.scoped("PostgreSQL: the same claims at once get the same answers (a run named twice falls back to one at a time), and their releases free every lease", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const open = (): Effect.Effect<RunLogStore.RunLogStore.Service, unknown, Scope.Scope> =>
+        Effect.map(Layer.build(SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 4 })), (ctx) => Context.get(ctx, RunLogStore.RunLogStore))
+      const store = yield* open()
+      const other = yield* open()
+      const claims = claimsOf("pg")
+      const outcomes = yield* claimTogether(store, claims.held, claims.all, Effect.void)
+      checkOutcomes(outcomes, claims)
+      yield* allFree(other, [...claims.distinct, claims.twice, claims.held])
+      // Without the twice-named run, the group is one upsert: every claim answered, every lease freed.
+      const more = names(30, "pg-more")
+      const again = yield* claimTogether(store, F.rid("pg-held-2"), more, Effect.void)
+      for (const o of again) assert.strictEqual(o.busy, undefined)
+      yield* allFree(other, more)
+    }))
+})
+
+describe("GroupCommit.batcher", () => {
+  it.effect("entries that arrive together are one group call; a failed group is made one entry at a time, each with its own outcome", () =>
+    Effect.gen(function*() {
+      const groups: Array<ReadonlyArray<number>> = []
+      const alone: Array<number> = []
+      const batcher = GroupCommit.batcher<number, number, string>({
+        group: (inputs) => {
+          groups.push(inputs)
+          return inputs.includes(13) ? Effect.fail("the group failed") : Effect.succeed(inputs.map((n) => n * 10))
+        },
+        alone: (n) => {
+          alone.push(n)
+          return n === 13 ? Effect.fail(`no ${n}`) : Effect.succeed(n * 10)
+        },
+        maxBatch: 4
+      })
+      const together = (inputs: ReadonlyArray<number>) => Effect.forEach(inputs, (n) => Effect.either(batcher.submit(n)), { concurrency: "unbounded" })
+      const first = yield* together([1, 2, 3, 4, 5, 6])
+      assert.deepStrictEqual(first.map((e) => Either.getOrThrow(e)), [10, 20, 30, 40, 50, 60])
+      // At most 4 a call.
+      assert.deepStrictEqual(groups, [[1, 2, 3, 4], [5, 6]])
+      assert.deepStrictEqual(alone, [])
+      const second = yield* together([12, 13, 14])
+      assert.deepStrictEqual(second.map((e) => Either.isRight(e) ? e.right : e.left), [120, "no 13", 140])
+      assert.deepStrictEqual(alone, [12, 13, 14])
+      // One entry alone is made alone, without a group call.
+      groups.length = 0
+      assert.strictEqual(yield* batcher.submit(7), 70)
+      assert.deepStrictEqual(groups, [])
+    }))
+})
