@@ -136,6 +136,35 @@ describe.sequential("claims on PostgreSQL are leases", () => {
       yield* Scope.close(aScope, Exit.void)
     }))
 
+  it.scoped("a RunStarted written after the lease was taken over is fenced (one statement, design 0350): nothing of it is written, the writer is told the new holder; a second RunStarted is refused (TestClock)", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const a = yield* openStore(url, { leaseDuration: Duration.millis(300), heartbeatInterval: Duration.hours(1) })
+      const b = yield* openStore(url, { leaseDuration: Duration.seconds(30), heartbeatInterval: Duration.seconds(10) })
+      const r = runId("start-fenced")
+      const aScope = yield* Scope.make()
+      yield* a.claim(r).pipe(Scope.extend(aScope))
+      yield* TestClock.adjust(Duration.millis(450))
+      const bScope = yield* Scope.make()
+      yield* b.claim(r).pipe(Scope.extend(bScope))
+      const fenced = yield* Effect.flip(a.start(started(r)))
+      assert.isTrue(isFenced(fenced), `expected ConcurrentWriter, got ${fenced._tag}`)
+      assert.notStrictEqual((fenced as ConcurrentWriter).leaseHolder ?? "", "")
+      // Nothing of the refused start: no record, no summary row.
+      assert.strictEqual(RunLog.size(yield* b.readLog(r)), 0)
+      assert.deepStrictEqual((yield* b.listRuns()).map((run) => run.runId), [])
+      // The holder starts it: the summary row and the record, in one statement.
+      yield* b.start(started(r))
+      assert.strictEqual(RunLog.size(yield* b.readLog(r)), 1)
+      const [row] = yield* b.listRuns()
+      assert.deepStrictEqual([row?.runId, row?.status, row?.steps], [r, "Unfinished", 0])
+      const again = yield* Effect.flip(b.start(started(r)))
+      assert.isTrue(isFenced(again), `expected ConcurrentWriter, got ${again._tag}`)
+      assert.strictEqual(RunLog.size(yield* b.readLog(r)), 1)
+      yield* Scope.close(bScope, Exit.void)
+      yield* Scope.close(aScope, Exit.void)
+    }))
+
   it.scopedLive("Agent.run: a worker whose lease was taken over stops at its next write; the new holder finishes the run once", () =>
     Effect.gen(function*() {
       const url = yield* freshSchemaUrl

@@ -9,9 +9,13 @@
  * duplicate is the primary key's unique violation; a takeover waits for the lease row's lock. A
  * statement is its own transaction: all of it is written, or none.
  *
- * The `RunStarted` append (which creates the summary row) and appends with a fault hook run as
- * `BEGIN`, one `INSERT` per record, the summary `UPDATE … RETURNING` (compare-and-set on
- * `next_seq`), the lease `SELECT … FOR SHARE`, `COMMIT` (`transaction.ts`).
+ * The `RunStarted` append (which creates the summary row) is one statement too (design 0350):
+ * `WITH run AS (INSERT INTO polyloop_runs … SELECT … [WHERE EXISTS (the lease row, FOR SHARE)]
+ * RETURNING 1), ins AS (INSERT INTO polyloop_records … WHERE EXISTS (SELECT 1 FROM run))` — an
+ * existing run is the primary key's unique violation, a lost lease inserts nothing. A
+ * `RunStarted` append that also finishes the run (an imported log) and appends with a fault
+ * hook run as `BEGIN`, one `INSERT` per record, the summary `UPDATE … RETURNING`
+ * (compare-and-set on `next_seq`), the lease `SELECT … FOR SHARE`, `COMMIT` (`transaction.ts`).
  *
  * Every operation reserves a pooled connection (`reserve.ts`: its wait shielded from
  * interruption, which would lose the connection in `@effect/sql-pg` 0.53).
@@ -61,6 +65,32 @@ const oneStatementText = (rows: number, finishing: boolean, fenced: boolean): st
 SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM ins) AS inserted`
 }
 
+/**
+ * The text of the one-statement `RunStarted` append of `rows` records (design 0350): the summary
+ * row inserted with the records' counters — for a claim holder only while its lease row exists,
+ * locked `FOR SHARE` until the statement commits — and, only if it was, the records. It returns
+ * `updated` = 0 when the lease is gone.
+ */
+const startStatementText = (rows: number, fenced: boolean): string => {
+  // $1 run_id, $2 agent, $3 started_at, $4..$8 counters, $9 next_seq, $10..$14 the started
+  // columns, [$15 owner], then each record's (seq, kind, step, payload).
+  let n = 14
+  const lease = fenced ? `\n  WHERE EXISTS (SELECT 1 FROM polyloop_claims WHERE run_id = $1 AND owner = $${++n} FOR SHARE)` : ""
+  const values: Array<string> = []
+  for (let i = 0; i < rows; i++) values.push(`($${++n}::integer, $${++n}::text, $${++n}::integer, $${++n}::text)`)
+  return `WITH run AS (
+  INSERT INTO polyloop_runs (run_id, agent, status, stop_reason, steps, effective_steps, tokens, input_tokens, started_at, finished_at, elapsed, next_seq, ${startedColumns})
+  SELECT $1::text, $2::text, 'Unfinished', NULL, $4::integer, $5::integer, $6::bigint, $7::bigint, $3::double precision, NULL, $8::double precision, $9::integer, $10::text, $11::text, $12::text, $13::integer, $14::integer${lease}
+  RETURNING 1
+), ins AS (
+  INSERT INTO polyloop_records (run_id, seq, kind, step, payload)
+  SELECT $1, v.seq, v.kind, v.step, v.payload FROM (VALUES ${values.join(", ")}) AS v (seq, kind, step, payload)
+  WHERE EXISTS (SELECT 1 FROM run)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM run) AS updated, (SELECT count(*) FROM ins) AS inserted`
+}
+
 /** PostgreSQL's append: one statement after `RunStarted`, a transaction for `RunStarted` and with a fault hook. */
 const makeAppend = (statements: Statements.Statements, options: Options): Backend.Append => {
   const { compiled, exec, faultIn, query, sql, transaction } = statements
@@ -83,16 +113,21 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
   const updateRun = { plain: updateRunSql(false), finishing: updateRunSql(true) }
   // Lock the lease row until commit, so a takeover waits for the append to finish.
   const leaseOwnerSql = compiled(sql`SELECT owner FROM polyloop_claims WHERE run_id = ${""} FOR SHARE`)
-  /** One-statement texts by shape (`rows:finishing:fenced`), made once each. */
+  /** One-statement texts by shape (`kind:rows:finishing:fenced`), made once each. */
   const oneStatementSql = new Map<string, string>()
-  const oneStatementFor = (rows: number, finishing: boolean, fenced: boolean): string => {
-    const key = `${rows}:${finishing}:${fenced}`
+  const textFor = (key: string, make: () => string): string => {
     const cached = oneStatementSql.get(key)
     if (cached !== undefined) return cached
-    const text = oneStatementText(rows, finishing, fenced)
+    const text = make()
     oneStatementSql.set(key, text)
     return text
   }
+  const oneStatementFor = (rows: number, finishing: boolean, fenced: boolean): string =>
+    textFor(`append:${rows}:${finishing}:${fenced}`, () => oneStatementText(rows, finishing, fenced))
+  const startStatementFor = (rows: number, fenced: boolean): string => textFor(`start:${rows}:${fenced}`, () => startStatementText(rows, fenced))
+  /** `updated` = 1: the statement wrote; 0: a gap or a lost lease, which `backend.ts` tells apart. */
+  const wrote = (rows: ReadonlyArray<unknown>) =>
+    Number((rows[0] as { readonly updated?: unknown } | undefined)?.updated ?? 0) === 1 ? Effect.void : Effect.fail(new Backend.SeqConflict())
 
   return (runId, records, owner) => {
     const first = records[0]
@@ -117,10 +152,24 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
       const params: Array<Statements.Param> = update
       if (fenced) params.push(owner)
       for (const stored of records) params.push(stored.seq, stored.kind, stepOf(stored.record), stored.json)
-      return Effect.flatMap(
-        query(oneStatementFor(records.length, finished !== undefined, fenced), params),
-        (rows) => Number((rows[0] as { readonly updated?: unknown } | undefined)?.updated ?? 0) === 1 ? Effect.void : Effect.fail(new Backend.SeqConflict())
-      )
+      return Effect.flatMap(query(oneStatementFor(records.length, finished !== undefined, fenced), params), wrote)
+    }
+    if (options.faultPoint === undefined && startedRecord !== undefined && agent !== undefined && finished === undefined) {
+      const params: Array<Statements.Param> = [
+        runId,
+        agent,
+        startedRecord.startedAt,
+        delta.steps,
+        delta.effectiveSteps,
+        delta.tokens,
+        delta.inputTokens,
+        delta.elapsed,
+        end,
+        ...startedValues(startedRecord)
+      ]
+      if (fenced) params.push(owner)
+      for (const stored of records) params.push(stored.seq, stored.kind, stepOf(stored.record), stored.json)
+      return Effect.flatMap(query(startStatementFor(records.length, fenced), params), wrote)
     }
 
     // One chain of statements on the transaction's connection (built, not run, here).
