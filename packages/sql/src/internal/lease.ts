@@ -84,6 +84,16 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
   const upsertClaimSql = compiled(
     sql`INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${""}, ${""}, ${0}) ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE polyloop_claims.expires_at <= ${0} OR polyloop_claims.owner = ${""}`
   )
+  // PostgreSQL answers the compare-and-set and the holder in one round trip (design 0350): the
+  // new owner when it took the lease, else the holder in the statement's snapshot ("" when a
+  // claim committed meanwhile took it: RunBusy without a name). SQLite has no DML in a `WITH`.
+  const upsertReturningSql = sql.onDialectOrElse({
+    pg: () =>
+      compiled(
+        sql`WITH up AS (INSERT INTO polyloop_claims (run_id, owner, expires_at) VALUES (${""}, ${""}, ${0}) ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE polyloop_claims.expires_at <= ${0} OR polyloop_claims.owner = ${""} RETURNING owner) SELECT owner FROM up UNION ALL SELECT owner FROM polyloop_claims WHERE run_id = ${""} AND NOT EXISTS (SELECT 1 FROM up)`
+      ),
+    orElse: () => undefined
+  })
   const renewClaimSql = compiled(sql`UPDATE polyloop_claims SET expires_at = ${0} WHERE run_id = ${""} AND owner = ${""}`)
   const releaseClaimSql = compiled(sql`DELETE FROM polyloop_claims WHERE run_id = ${""} AND owner = ${""}`)
 
@@ -102,6 +112,10 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
       if (reclaimDeadLocalOwners) {
         const previous = yield* holder(runId)
         if (previous !== "" && isDeadLocalOwner(previous)) dead = previous
+      }
+      if (upsertReturningSql !== undefined) {
+        const rows = yield* query(upsertReturningSql, [runId, owner, now + leaseMillis, now, dead, runId])
+        return (rows[0] as { readonly owner?: string } | undefined)?.owner ?? ""
       }
       yield* query(upsertClaimSql, [runId, owner, now + leaseMillis, now, dead])
       return yield* holder(runId)
