@@ -32,11 +32,14 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { prng, startAgent } from "./support/crash-child.js"
 import * as Scenario from "./support/crash-scenario.js"
+import * as PgServer from "./support/pg-server.js"
 
 const STEPS = 100
 const MIN_KILLS = 50
@@ -44,6 +47,8 @@ const MIN_KILLS = 50
 const GROUP_RUNS = 6
 const GROUP_STEPS = 30
 const GROUP_MIN_KILLS = 30
+/** The same on PostgreSQL (design 0350: appends and claims of many runs grouped there too). */
+const PG_GROUP_MIN_KILLS = 30
 /** The multi-call test (design 0150): steps of three calls each, kills at least. */
 const MULTI_STEPS = 40
 const MULTI_MIN_KILLS = 50
@@ -72,12 +77,36 @@ const filesIn = (dir: string, name: string): Files => ({
 
 const argsOf = (files: Files, extra: ReadonlyArray<string> = []) => [files.db, files.side, files.history, String(STEPS), ...extra]
 
+const isPg = (db: string) => db.startsWith("postgres://")
+
+/**
+ * Files of a PostgreSQL round (design 0350): the side and history files in `dir`, the log in a
+ * fresh schema of the test server (created with `psql`), its URL in place of the SQLite file.
+ */
+const pgFilesIn = (dir: string, name: string): Files => {
+  const server = process.env["POLYLOOP_TEST_PG_URL"]
+  if (server === undefined || server === "") throw new Error(process.env["POLYLOOP_TEST_PG_ERROR"] ?? "POLYLOOP_TEST_PG_URL is not set (the vitest globalSetup starts the server)")
+  const schema = `crash_${process.pid}_${name.replace(/[^a-z0-9]/g, "_")}`
+  execFileSync(psqlPath(), [server, "-q", "-c", `CREATE SCHEMA ${schema}`], { stdio: "pipe" })
+  const url = new URL(server)
+  url.searchParams.set("options", `-c search_path=${schema}`)
+  return { ...filesIn(dir, name), db: url.toString() }
+}
+
+/** The psql of the server the test setup started (beside its initdb), else the one on the PATH. */
+const psqlPath = (): string => {
+  const bin = PgServer.findBinDir()
+  return bin !== undefined && fs.existsSync(path.join(bin, "psql")) ? path.join(bin, "psql") : "psql"
+}
+
 /** What the parent reads back: the run's log, its raw sequence numbers, the summaries. */
 const readBack = (db: string, runId: RunId = Scenario.runId) =>
   Effect.scoped(
     Effect.gen(function*() {
-      const client = SqlRunLogStore.layerSqliteClient({ filename: db })
-      const context = yield* Layer.build(Layer.provideMerge(SqlRunLogStore.layer({ path: db }), client))
+      const client = isPg(db)
+        ? SqlRunLogStore.layerPgClient({ url: Redacted.make(db), maxConnections: 2 })
+        : SqlRunLogStore.layerSqliteClient({ filename: db })
+      const context = yield* Layer.build(Layer.provideMerge(SqlRunLogStore.layer(isPg(db) ? {} : { path: db }), client))
       const store = Context.get(context, RunLogStore.RunLogStore)
       const sql = Context.get(context, SqlClient.SqlClient)
       const log = yield* store.readLog(runId, { verify: true })
@@ -519,34 +548,41 @@ const checkAgainstReference = (reference: Files, crashed: Files) =>
       })
     ), 1_200_000)
 
-  it.live(`${GROUP_RUNS} runs in one process, their appends group-committed, killed at random moments (≥ ${GROUP_MIN_KILLS} kills): each finishes with a consistent log, no "Never" call twice`, () =>
+  /** Runs of the group scenario in one process on the store of `filesOf`, killed `minKills` times at least. */
+  const groupKilled = (label: string, filesOf: (dir: string, name: string) => Files, minKills: number) =>
     Effect.scoped(
       Effect.gen(function*() {
         const dir = yield* tempDir
         const seed = Number(process.env["POLYLOOP_CRASH_SEED"] ?? Math.floor(Math.random() * 2 ** 31))
-        console.log(`crash-recovery (group commit): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
+        console.log(`crash-recovery (${label}): seed ${seed} (replay with POLYLOOP_CRASH_SEED=${seed})`)
         const random = prng(seed)
         const groupArgs = (files: Files) => [files.db, files.side, files.history, String(GROUP_STEPS), `runs=${GROUP_RUNS}`]
 
-        // How long a step takes with all runs at once, from a run without kills on another file.
-        const reference = filesIn(dir, "group-reference")
+        // How long a step takes with all runs at once, from a run without kills on another store.
+        const reference = filesOf(dir, "group-reference")
         const plain = yield* runArgsToEnd(groupArgs(reference))
         const stepMillis = Math.max(1, (plain.exitAt - (plain.ready ?? plain.exitAt)) / GROUP_STEPS)
 
-        const { kills, lives, rounds } = yield* killInRounds((round) => filesIn(dir, `group-${round}`), groupArgs, random, stepMillis, GROUP_MIN_KILLS)
-        assert.isAtLeast(kills, GROUP_MIN_KILLS, `only ${kills} kills over ${lives} lives in ${rounds.length} rounds`)
+        const { kills, lives, rounds } = yield* killInRounds((round) => filesOf(dir, `group-${round}`), groupArgs, random, stepMillis, minKills)
+        assert.isAtLeast(kills, minKills, `only ${kills} kills over ${lives} lives in ${rounds.length} rounds`)
 
         let resumes = 0
         for (const [i, round] of rounds.entries()) {
           const checked = yield* checkGroup(round.files)
           console.log(
-            `crash-recovery (group commit): round ${i}: ${round.delays.length} kills over ${round.lives} lives of ${GROUP_RUNS} runs (step ≈ ${stepMillis.toFixed(1)} ms measured), ${checked.resumes} resumes, ${checked.interrupted} interrupted Never calls`
+            `crash-recovery (${label}): round ${i}: ${round.delays.length} kills over ${round.lives} lives of ${GROUP_RUNS} runs (step ≈ ${stepMillis.toFixed(1)} ms measured), ${checked.resumes} resumes, ${checked.interrupted} interrupted Never calls`
           )
           resumes += checked.resumes
         }
         assert.isAbove(resumes, 0)
       })
-    ), 1_200_000)
+    )
+
+  it.live(`${GROUP_RUNS} runs in one process, their appends group-committed, killed at random moments (≥ ${GROUP_MIN_KILLS} kills): each finishes with a consistent log, no "Never" call twice`, () =>
+    groupKilled("group commit", filesIn, GROUP_MIN_KILLS), 1_200_000)
+
+  it.live(`${GROUP_RUNS} runs in one process on PostgreSQL, their appends and claims grouped (design 0350), killed at random moments (≥ ${PG_GROUP_MIN_KILLS} kills): each finishes with a consistent log, no "Never" call twice`, () =>
+    groupKilled("PostgreSQL group commit", pgFilesIn, PG_GROUP_MIN_KILLS), 1_200_000)
 
   it.live(`a run whose replies call three tools each (mixed replay policies), killed at random moments (≥ ${MULTI_MIN_KILLS} kills): no "Never" call runs twice, every finished call's result is kept`, () =>
     Effect.scoped(

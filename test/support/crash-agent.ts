@@ -1,6 +1,7 @@
 /**
  * Child process of the crash-recovery test: runs (or resumes) the scripted agent of
- * `crash-scenario.ts` on a SQLite file, with `Agent.run`, until the run finishes.
+ * `crash-scenario.ts` on a SQLite file (or, when <db> is a `postgres://` URL, a PostgreSQL
+ * database), with `Agent.run`, until the run finishes.
  *
  *   node --import tsx crash-agent.ts <db> <side-file> <history-file> <steps> [kill-between-writes | runs=<k> | multi | history | chat]
  *
@@ -34,6 +35,7 @@ import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as fs from "node:fs"
 import * as Scenario from "./crash-scenario.js"
 
@@ -158,13 +160,18 @@ const program = Effect.gen(function*() {
   // The fault hook only when it is to kill: a store with a hook appends record by record in a
   // transaction, and the random kills must hit the store as applications run it (one statement
   // per append, the client's connection held by the store).
+  // A `postgres://` <db> is a PostgreSQL database (design 0350: grouped appends and claims there).
   Effect.provide(
-    holding.pipe(Layer.provide(SqlRunLogStore.layerSqlite({
-      filename: db,
-      ...(mode === "kill-between-writes" ? { faultPoint } : {}),
-      leaseDuration: "300 millis",
-      heartbeatInterval: "75 millis"
-    })))
+    holding.pipe(Layer.provide(
+      db.startsWith("postgres://") || db.startsWith("postgresql://")
+        ? SqlRunLogStore.layerPg({ url: Redacted.make(db), maxConnections: 8, leaseDuration: "300 millis", heartbeatInterval: "75 millis" })
+        : SqlRunLogStore.layerSqlite({
+          filename: db,
+          ...(mode === "kill-between-writes" ? { faultPoint } : {}),
+          leaseDuration: "300 millis",
+          heartbeatInterval: "75 millis"
+        })
+    ))
   )
 )
 

@@ -1,5 +1,6 @@
 /**
- * Claims and releases grouped while a store holds other claims (design 0350): many claims that
+ * Claims, releases and (on PostgreSQL) appends grouped while a store holds other claims (design
+ * 0350). Many claims that
  * reach a store together are one upsert and one read (SQLite: one commit, counted in WAL
  * frames), each claimant gets its own answer — its lease, or `RunBusy` for a run already held or
  * named twice in the group — and their releases free every lease. On SQLite and PostgreSQL. And
@@ -9,6 +10,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { RunBusy } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -133,6 +135,43 @@ describe("grouped claims (design 0350)", () => {
       const again = yield* claimTogether(store, F.rid("pg-held-2"), more, Effect.void)
       for (const o of again) assert.strictEqual(o.busy, undefined)
       yield* allFree(other, more)
+    }))
+})
+
+describe("grouped appends on PostgreSQL (design 0350)", () => {
+  it.scoped("appends of runs that reach the store together are one statement (one transaction id); a gap fails only its own run, a duplicate makes each append alone", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const layer = SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 4 })
+      const context = yield* Layer.build(Layer.merge(layer, SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 1 })))
+      const store = Context.get(context, RunLogStore.RunLogStore)
+      const sql = Context.get(context, SqlClient.SqlClient)
+      const runs = names(8, "append")
+      yield* Effect.forEach(runs, (r) => Effect.zipRight(store.claim(r), store.start(F.started(r))), { discard: true })
+      const appendAll = (seqOf: (i: number) => number) =>
+        Effect.forEach(runs, (r, i) => Effect.either(store.appendReply(r, F.replied(seqOf(i), 0))), { concurrency: "unbounded" })
+      const first = yield* appendAll(() => 1)
+      assert.isTrue(first.every(Either.isRight))
+      // Written by one statement: one transaction id for all eight records.
+      const xids = yield* sql<{ n: number | string }>`SELECT count(DISTINCT xmin::text) AS n FROM polyloop_records WHERE seq = 1`
+      assert.strictEqual(Number(xids[0]!.n), 1)
+      // Run 3 skips a sequence number (a gap): refused alone; the others are written together.
+      const second = yield* appendAll((i) => (i === 3 ? 3 : 2))
+      second.forEach((e, i) => assert.strictEqual(Either.isLeft(e), i === 3, `run ${i}`))
+      const gap = second[3]!
+      assert.isTrue(Either.isLeft(gap) && gap.left._tag === "ConcurrentWriter")
+      // Run 5 repeats its last sequence number (a duplicate): the group's statement fails, each is
+      // written alone, only run 5 is refused.
+      const third = yield* appendAll((i) => (i === 3 ? 2 : i === 5 ? 2 : 3))
+      third.forEach((e, i) => assert.strictEqual(Either.isLeft(e), i === 5, `run ${i}`))
+      // Runs 3 (its gap) and 5 (its duplicate) have two replies, the others three; the summaries agree.
+      const expected = (i: number) => (i === 3 || i === 5 ? 2 : 3)
+      for (const [i, r] of runs.entries()) {
+        const log = yield* store.readLog(r, { verify: true })
+        assert.strictEqual(log.replies.length, expected(i), `run ${i}`)
+      }
+      const summaries = new Map((yield* store.listRuns()).map((row) => [row.runId, row.tokens]))
+      for (const [i, r] of runs.entries()) assert.strictEqual(summaries.get(r), 15 * expected(i), `run ${i}'s tokens (10 in, 5 out a reply)`)
     }))
 })
 

@@ -30,6 +30,8 @@ import type * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Effect from "effect/Effect"
 import type { Options } from "../SqlRunLogStore.js"
 import * as Backend from "./backend.js"
+import * as GroupCommit from "./groupCommit.js"
+import type * as Lease from "./lease.js"
 import * as Statements from "./statements.js"
 import { agentOf, finishedValues, startedColumns, startedValues, stepOf, stopReasonJson, summaryDelta } from "./summary.js"
 
@@ -65,6 +67,52 @@ const oneStatementText = (rows: number, finishing: boolean, fenced: boolean): st
 SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM ins) AS inserted`
 }
 
+/** Appends (of any runs) written by one grouped statement at most. */
+const maxGroupedAppends = 200
+
+/**
+ * The text of the grouped append of `appends` appends of different runs, `rows` records in all
+ * (design 0350): one compare-and-set `UPDATE … FROM (VALUES …)` of every run's summary — for a
+ * claim holder only while its lease row names it, locked `FOR SHARE` — and the records of the
+ * runs it updated. It returns the run ids it wrote; an append whose run is not among them had a
+ * gap or lost its lease.
+ */
+const groupedText = (appends: number, rows: number): string => {
+  let n = 0
+  const runs: Array<string> = []
+  for (let i = 0; i < appends; i++) {
+    runs.push(`($${++n}::text, $${++n}::integer, $${++n}::integer, $${++n}::integer, $${++n}::bigint, $${++n}::bigint, $${++n}::double precision, $${++n}::integer, $${++n}::text)`)
+  }
+  const records: Array<string> = []
+  for (let i = 0; i < rows; i++) records.push(`($${++n}::text, $${++n}::integer, $${++n}::text, $${++n}::integer, $${++n}::text)`)
+  return `WITH v (run_id, next_seq, d_steps, d_effective, d_tokens, d_input, d_elapsed, expected, owner) AS (VALUES ${runs.join(", ")}),
+upd AS (
+  UPDATE polyloop_runs r SET next_seq = v.next_seq, steps = r.steps + v.d_steps, effective_steps = r.effective_steps + v.d_effective, tokens = r.tokens + v.d_tokens, input_tokens = r.input_tokens + v.d_input, elapsed = r.elapsed + v.d_elapsed
+  FROM v
+  WHERE r.run_id = v.run_id AND r.next_seq = v.expected
+    AND (v.owner IS NULL OR EXISTS (SELECT 1 FROM polyloop_claims c WHERE c.run_id = v.run_id AND c.owner = v.owner FOR SHARE))
+  RETURNING r.run_id
+), ins AS (
+  INSERT INTO polyloop_records (run_id, seq, kind, step, payload)
+  SELECT w.run_id, w.seq, w.kind, w.step, w.payload FROM (VALUES ${records.join(", ")}) AS w (run_id, seq, kind, step, payload)
+  WHERE w.run_id IN (SELECT run_id FROM upd)
+  RETURNING 1
+)
+SELECT run_id FROM upd`
+}
+
+/** One append waiting to be grouped: its run, the summary's parameters, its records' parameters. */
+interface Grouped {
+  readonly runId: string
+  /** run_id, next_seq, the five deltas, expected seq, owner (or null). */
+  readonly run: ReadonlyArray<Statements.Param>
+  /** Per record: run_id, seq, kind, step, payload. */
+  readonly records: ReadonlyArray<Statements.Param>
+  readonly rows: number
+  /** The append alone (its one statement), when the group's statement fails. */
+  readonly alone: Effect.Effect<boolean, SqlError>
+}
+
 /**
  * The text of the one-statement `RunStarted` append of `rows` records (design 0350): the summary
  * row inserted with the records' counters — for a claim holder only while its lease row exists,
@@ -92,7 +140,7 @@ SELECT (SELECT count(*) FROM run) AS updated, (SELECT count(*) FROM ins) AS inse
 }
 
 /** PostgreSQL's append: one statement after `RunStarted`, a transaction for `RunStarted` and with a fault hook. */
-const makeAppend = (statements: Statements.Statements, options: Options): Backend.Append => {
+const makeAppend = (statements: Statements.Statements, options: Options, leases: Lease.Leases): Backend.Append => {
   const { compiled, exec, faultIn, query, sql, transaction } = statements
   const insertRecordSql = compiled(
     sql`INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES (${""}, ${0}, ${""}, ${0}, ${""})`
@@ -126,8 +174,38 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
     textFor(`append:${rows}:${finishing}:${fenced}`, () => oneStatementText(rows, finishing, fenced))
   const startStatementFor = (rows: number, fenced: boolean): string => textFor(`start:${rows}:${fenced}`, () => startStatementText(rows, fenced))
   /** `updated` = 1: the statement wrote; 0: a gap or a lost lease, which `backend.ts` tells apart. */
-  const wrote = (rows: ReadonlyArray<unknown>) =>
-    Number((rows[0] as { readonly updated?: unknown } | undefined)?.updated ?? 0) === 1 ? Effect.void : Effect.fail(new Backend.SeqConflict())
+  const updated = (rows: ReadonlyArray<unknown>) => Number((rows[0] as { readonly updated?: unknown } | undefined)?.updated ?? 0) === 1
+  const wrote = (rows: ReadonlyArray<unknown>) => updated(rows) ? Effect.void : Effect.fail(new Backend.SeqConflict())
+  const groupedSql = new Map<string, string>()
+  /**
+   * Appends of many runs that reach the store together, while it holds several claims, share
+   * one statement (design 0350); each gets whether its run was written. A failed statement (a
+   * duplicate's unique violation undoes all of it) is made again one append at a time.
+   */
+  const group = GroupCommit.batcher<Grouped, boolean, SqlError>({
+    group: (appends) => {
+      const params: Array<Statements.Param> = []
+      let rows = 0
+      for (const a of appends) for (const p of a.run) params.push(p)
+      for (const a of appends) {
+        for (const p of a.records) params.push(p)
+        rows += a.rows
+      }
+      const key = `${appends.length}:${rows}`
+      let text = groupedSql.get(key)
+      if (text === undefined) {
+        text = groupedText(appends.length, rows)
+        // Texts of many shapes would each be prepared by the server: keep the common ones.
+        if (groupedSql.size < 256) groupedSql.set(key, text)
+      }
+      return Effect.map(query(text, params), (result) => {
+        const written = new Set((result as ReadonlyArray<{ readonly run_id: string }>).map((row) => row.run_id))
+        return appends.map((a) => written.has(a.runId))
+      })
+    },
+    alone: (a) => a.alone,
+    maxBatch: maxGroupedAppends
+  })
 
   return (runId, records, owner) => {
     const first = records[0]
@@ -152,7 +230,20 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
       const params: Array<Statements.Param> = update
       if (fenced) params.push(owner)
       for (const stored of records) params.push(stored.seq, stored.kind, stepOf(stored.record), stored.json)
-      return Effect.flatMap(query(oneStatementFor(records.length, finished !== undefined, fenced), params), wrote)
+      const alone = query(oneStatementFor(records.length, finished !== undefined, fenced), params)
+      if (finished !== undefined || leases.held.size <= 1) return Effect.flatMap(alone, wrote)
+      const recordParams: Array<Statements.Param> = []
+      for (const stored of records) recordParams.push(runId, stored.seq, stored.kind, stepOf(stored.record), stored.json)
+      return Effect.flatMap(
+        group.submit({
+          runId,
+          run: [runId, end, delta.steps, delta.effectiveSteps, delta.tokens, delta.inputTokens, delta.elapsed, first.seq, owner ?? null],
+          records: recordParams,
+          rows: records.length,
+          alone: Effect.map(alone, updated)
+        }),
+        (ok) => (ok ? Effect.void : Effect.fail(new Backend.SeqConflict()))
+      )
     }
     if (options.faultPoint === undefined && startedRecord !== undefined && agent !== undefined && finished === undefined) {
       const params: Array<Statements.Param> = [
@@ -208,4 +299,4 @@ const makeAppend = (statements: Statements.Statements, options: Options): Backen
 
 /** The PostgreSQL backend over `sql` (every operation reserves a pooled connection through `connect`). */
 export const backend = (sql: SqlClient.SqlClient, options: Options, connect: Statements.Connect): Effect.Effect<RunLogStore.Backend> =>
-  Backend.make(sql, options, connect, (statements) => makeAppend(statements, options))
+  Backend.make(sql, options, connect, (statements, leases) => makeAppend(statements, options, leases))
