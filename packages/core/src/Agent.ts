@@ -32,6 +32,7 @@ import * as Stream from "effect/Stream"
 import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
+import type { BudgetItem, ConversationBudget } from "./Budget.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, RunBusy, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
@@ -169,6 +170,13 @@ const judge = (run: Run): StopReason | undefined => {
       if (result.outcome.envReportedCompletion) return { _tag: "Completed", by: "Environment" }
     }
   }
+  // A conversation's budget counts over all its turns (design 0300), checked first: a step that
+  // exhausts both is reported as the conversation's, which decides every later message.
+  const whole = run.conversation ? run.request.agent.conversationBudget : undefined
+  if (whole !== undefined) {
+    const exhausted = conversationExhausted(run, whole)
+    if (exhausted !== undefined) return { _tag: "BudgetExhausted", budget: exhausted, scope: "Conversation" }
+  }
   // A budget is per turn (design 0300): a single-task run is one turn, counted from zero.
   const budget = run.request.agent.budget
   const from = state.turnStart
@@ -182,6 +190,16 @@ const judge = (run: Run): StopReason | undefined => {
   if (run.maxDurationMillis !== undefined && state.elapsed - from.elapsed >= run.maxDurationMillis) {
     return { _tag: "BudgetExhausted", budget: "Duration" }
   }
+  return undefined
+}
+
+/** The item of a conversation's budget its totals (every turn, from the first step) have reached. */
+const conversationExhausted = (run: Run, budget: ConversationBudget): BudgetItem | undefined => {
+  const state = run.state
+  if (budget.maxSteps !== undefined && state.steps >= budget.maxSteps) return "Steps"
+  if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps >= budget.maxEffectiveSteps) return "EffectiveSteps"
+  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens >= budget.maxTokens) return "Tokens"
+  if (budget.maxDuration !== undefined && state.elapsed >= Duration.toMillis(budget.maxDuration)) return "Duration"
   return undefined
 }
 

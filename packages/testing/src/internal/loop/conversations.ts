@@ -47,7 +47,12 @@ export const register = (ctx: SuiteContext): void => {
     model: ScriptedModel.ScriptedModel,
     messageId: string,
     text: string,
-    options: { readonly prompt?: string; readonly maxSteps?: number; readonly sink?: Layer.Layer<EventSink.EventSink> } = {}
+    options: {
+      readonly prompt?: string
+      readonly maxSteps?: number
+      readonly conversationBudget?: { readonly maxSteps?: number; readonly maxTokens?: number }
+      readonly sink?: Layer.Layer<EventSink.EventSink>
+    } = {}
   ) =>
     Effect.gen(function*() {
       const f = makeFixture()
@@ -56,7 +61,11 @@ export const register = (ctx: SuiteContext): void => {
         runId: Ids.runId("conversation-1"),
         messageId,
         text,
-        agent: agent({ budget: { maxSteps: options.maxSteps ?? 5 }, ...(options.prompt === undefined ? {} : { systemPrompt: options.prompt }) }),
+        agent: agent({
+          budget: { maxSteps: options.maxSteps ?? 5 },
+          ...(options.conversationBudget === undefined ? {} : { conversationBudget: options.conversationBudget }),
+          ...(options.prompt === undefined ? {} : { systemPrompt: options.prompt })
+        }),
         tools: f.tools
       }).pipe(
         Effect.provide(
@@ -101,6 +110,32 @@ export const register = (ctx: SuiteContext): void => {
         assert.deepStrictEqual(yield* send(h.store, model, "m1", texts[1]!), second)
         assert.strictEqual(RunLog.size(yield* h.log(Ids.runId("conversation-1"))), size)
         assert.strictEqual(yield* model.calls, calls)
+      }))
+
+    liveTest("the conversation's budget counts over every turn, across a kill; exhausted, a later message is recorded and its turn ends at once without a model call", (h) =>
+      Effect.gen(function*() {
+        const budget = { conversationBudget: { maxSteps: 3 } }
+        const exhausted = { _tag: "BudgetExhausted", budget: "Steps", scope: "Conversation" } as const
+        const model = yield* ScriptedModel.make(script)
+        yield* send(h.store, model, "m0", texts[0]!, budget)
+        // Killed after turn 1's first step (the conversation's third): the retried send counts on.
+        const reached = yield* Deferred.make<void>()
+        const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === 2 ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+        const fiber = yield* Effect.fork(send(h.store, model, "m1", texts[1]!, { ...budget, sink }))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const second = yield* send(h.store, model, "m1", texts[1]!, budget)
+        assert.deepStrictEqual([second.turn, second.steps, second.stopReason], [1, 1, exhausted])
+        const calls = yield* model.calls
+        const third = yield* send(h.store, model, "m2", texts[2]!, budget)
+        assert.deepStrictEqual([third.turn, third.steps, third.stopReason], [2, 0, exhausted])
+        assert.strictEqual(yield* model.calls, calls, "no model call for the exhausted conversation")
+        const log = yield* h.log(Ids.runId("conversation-1"))
+        assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1", "m2"])
+        assert.deepStrictEqual(log.turns.map((t) => [t.turn, t.atStep, t.stopReason._tag]), [[0, 2, "Completed"], [1, 3, "BudgetExhausted"], [2, 3, "BudgetExhausted"]])
+        assert.deepStrictEqual(log.turns[2]!.stopReason, exhausted, "the store keeps the stop reason's scope")
+        assert.strictEqual(log.resumes.length, 1)
+        assert.deepStrictEqual(yield* send(h.store, model, "m2", texts[2]!, budget), third)
       }))
 
     liveTest("a turn interrupted after its first step is finished by the retried send, with the requests of the conversation never interrupted", (h) =>
