@@ -34,6 +34,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Snapshot from "@polyloop/core/Snapshot"
+import * as Stats from "@polyloop/core/Stats"
 import * as StopReason from "@polyloop/core/StopReason"
 
 const lookup = Tool.make({
@@ -415,6 +416,43 @@ describe("the conversation's budget", () => {
         assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1", "m2", "m3"], `cut ${c}`)
       }
     }), { timeout: 120_000 })
+})
+
+describe("Stats and the run summary of a conversation", () => {
+  it.effect("a conversation awaiting a message is listed so with its turns, and counted in Stats by its last turn and the sums of its turns; mid-turn it is neither", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      const agent = agentWith({ maxSteps: 3 })
+      for (const [i, text] of conversation.entries()) yield* sendWith(store, model, "chat", `m${i}`, text, agent)
+      yield* Agent.run({ runId: Ids.runId("single"), agent, task: conversation[0]!, tools }).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+      const summary = (yield* store.listRuns()).find((s) => s.runId === "chat")!
+      assert.strictEqual(summary.status, "AwaitingMessage")
+      assert.deepStrictEqual(summary.conversation, { turns: 3, messages: 3, lastStopReason: { _tag: "Completed", by: "Answer", answer: `Answer to "${conversation[2]}"` } })
+      const groups = yield* Stats.fromStore().pipe(Effect.provideService(RunLogStore.RunLogStore, store))
+      assert.strictEqual(groups.length, 1)
+      const group = groups[0]!
+      assert.strictEqual(group.runs, 2)
+      assert.deepStrictEqual(group.stopReasons, { "Completed(Answer)": 2 })
+      assert.deepStrictEqual(group.steps, { median: 6, p90: 9, max: 9 }, "the conversation's steps: the sum of its three turns'")
+      assert.deepStrictEqual(group.conversations, { runs: 1, turns: { median: 3, p90: 3, max: 3 } })
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.isTrue(Stats.matches(log, { status: "AwaitingMessage", stopReason: "Completed(Answer)" }))
+      assert.isFalse(Stats.matches(log, { status: "Unfinished" }))
+      // A single-task run's group has no conversations: its statistics are what they were.
+      const single = yield* store.readLog(Ids.runId("single"))
+      assert.isUndefined(Stats.compute([single])[0]!.conversations)
+      // Killed inside turn 3: unfinished, left out of Stats.
+      const reached = yield* Deferred.make<void>()
+      const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === 9 ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+      const fiber = yield* Effect.fork(sendWith(store, model, "chat", "m3", "And order 99?", agent, sink))
+      yield* Deferred.await(reached)
+      yield* Fiber.interrupt(fiber)
+      const running = (yield* store.listRuns()).find((s) => s.runId === "chat")!
+      assert.strictEqual(running.status, "Unfinished")
+      assert.deepStrictEqual([running.conversation?.turns, running.conversation?.messages], [3, 4])
+      assert.strictEqual((yield* Stats.fromStore().pipe(Effect.provideService(RunLogStore.RunLogStore, store)))[0]!.runs, 1)
+    }))
 })
 
 describe("Replay of a conversation", () => {

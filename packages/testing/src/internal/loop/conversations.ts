@@ -24,7 +24,7 @@ import * as Pairing from "../../Pairing.js"
 import * as ScriptedModel from "../../ScriptedModel.js"
 import type { Assert } from "../vitest.js"
 import { agent, call, makeFixture, parser, say } from "./fixtures.js"
-import type { SuiteContext } from "./harness.js"
+import { request, type SuiteContext } from "./harness.js"
 
 /** The person's messages of a request (after the system prompt). */
 const said = (request: ModelClient.ModelRequest): ReadonlyArray<string> => request.messages.filter((m) => m._tag === "User").map((m) => m.text)
@@ -98,6 +98,35 @@ export const register = (ctx: SuiteContext): void => {
         const requests = (yield* model.requests).map((seen) => seen.request)
         for (const request of requests) assert.deepStrictEqual(Pairing.problems(request.messages), [])
         assert.deepStrictEqual(said(requests.at(-1)!).filter((t) => texts.includes(t)), texts)
+      }))
+
+    liveTest("the store lists a conversation whose every message has had its turn as AwaitingMessage, with its turns; mid-turn it is Unfinished", (h) =>
+      Effect.gen(function*() {
+        const model = yield* ScriptedModel.make(script)
+        const listed = Effect.map(h.store.listRuns(), (all) => all.find((s) => s.runId === "conversation-1"))
+        yield* send(h.store, model, "m0", texts[0]!)
+        const awaiting = yield* listed
+        assert.strictEqual(awaiting?.status, "AwaitingMessage")
+        assert.deepStrictEqual(awaiting?.conversation, { turns: 1, messages: 1, lastStopReason: { _tag: "Completed", by: "Answer", answer: `answered: ${texts[0]}` } })
+        assert.isTrue(Option.isNone(awaiting!.stopReason), "a conversation has no RunFinished")
+        // Killed inside turn 1: unfinished, its message counted, its turn not.
+        const reached = yield* Deferred.make<void>()
+        const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === 2 ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+        const fiber = yield* Effect.fork(send(h.store, model, "m1", texts[1]!, { sink }))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const running = yield* listed
+        assert.strictEqual(running?.status, "Unfinished")
+        assert.deepStrictEqual([running?.conversation?.turns, running?.conversation?.messages], [1, 2])
+        assert.deepStrictEqual((yield* h.store.listRuns({ status: "AwaitingMessage" })).map((s) => s.runId), [])
+        yield* send(h.store, model, "m1", texts[1]!)
+        // Finished again: awaiting, the filter finds it, and a single-task run lists as before.
+        yield* h.run(request("single-1", makeFixture().tools), { model: (yield* ScriptedModel.make(script)).layer })
+        assert.deepStrictEqual((yield* h.store.listRuns({ status: "AwaitingMessage" })).map((s) => [s.runId, s.conversation?.turns]), [["conversation-1", 2]])
+        assert.deepStrictEqual((yield* h.store.listRuns({ status: "Unfinished" })).map((s) => s.runId), [])
+        const single = (yield* h.store.listRuns()).find((s) => s.runId === "single-1")!
+        assert.strictEqual(single.status, "Finished")
+        assert.isUndefined(single.conversation)
       }))
 
     test("a retried send returns its turn's result and appends nothing", (h) =>
