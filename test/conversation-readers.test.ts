@@ -21,9 +21,15 @@ import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as Trajectory from "@polyloop/core/Trajectory"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import { spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 
 const lookup = Tool.make({
   name: "lookup",
@@ -79,4 +85,45 @@ describe("a conversation to the readers", () => {
       const [again] = yield* LogFile.parse(exported)
       assert.strictEqual(LogFile.toJsonl(RunLog.fromRecords(again!.records)), exported)
     }).pipe(Effect.provide(RunLogStore.layerMemory)))
+
+  it.effect("polyloop runs and stats list a conversation awaiting a message with its last turn", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel.make((request) => ModelReply.make({ text: `Answered: ${request.messages.filter((m) => m._tag === "User").at(-1)!.text}` }))
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-conversation-cli-"))
+      const db = path.join(dir, "polyloop.db")
+      const sent = Effect.forEach(messages, (text, i) =>
+        Agent.send({ runId: Ids.runId("chat"), messageId: `msg-${i}`, text, agent, tools }).pipe(
+          Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
+        ))
+      yield* Effect.scoped(Layer.build(SqlRunLogStore.layerSqlite({ filename: db })).pipe(
+        Effect.flatMap((context) => Effect.provide(sent, context))
+      ))
+      const runs = yield* Effect.promise(() => polyloop(dir, ["runs", "--db", db]))
+      assert.strictEqual(runs.code, 0, runs.stderr)
+      assert.match(runs.stdout, /chat\s+desk\s+awaiting message\s+turn 2: Completed\(Answer\)\s+3\b/)
+      const awaiting = yield* Effect.promise(() => polyloop(dir, ["runs", "--db", db, "--status", "awaiting", "--json"]))
+      assert.strictEqual(awaiting.code, 0, awaiting.stderr)
+      const listed = JSON.parse(awaiting.stdout) as ReadonlyArray<{ readonly runId: string; readonly status: string; readonly conversation?: { readonly turns: number } }>
+      assert.deepStrictEqual(listed.map((r) => [r.runId, r.status, r.conversation?.turns]), [["chat", "AwaitingMessage", 3]])
+      const stats = yield* Effect.promise(() => polyloop(dir, ["stats", "--db", db]))
+      assert.strictEqual(stats.code, 0, stats.stderr)
+      assert.match(stats.stdout, /1 \(1 conversation, turns 3 \/ 3 \/ 3\)\s+Completed\(Answer\) 1/)
+      fs.rmSync(dir, { recursive: true, force: true })
+    }), { timeout: 60_000 })
 })
+
+const launcher = fileURLToPath(new URL("../packages/cli/bin/polyloop.js", import.meta.url))
+
+/** Runs `polyloop <args>` in `cwd` (no model server configured, no colour). */
+const polyloop = (cwd: string, args: ReadonlyArray<string>): Promise<{ readonly code: number | null; readonly stdout: string; readonly stderr: string }> =>
+  new Promise((resolve, reject) => {
+    const env: NodeJS.ProcessEnv = { ...process.env }
+    for (const name of ["POLYLOOP_API_KEY", "POLYLOOP_BASE_URL", "POLYLOOP_MODEL", "FORCE_COLOR", "NO_COLOR"]) delete env[name]
+    const child = spawn(process.execPath, [launcher, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    child.on("error", reject)
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+  })
