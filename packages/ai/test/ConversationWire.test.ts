@@ -6,10 +6,12 @@
  * request body the server receives pairs each call with exactly one answer, in order, in that
  * API's own shape (Chat Completions `tool_calls`/`tool`, Responses `function_call`/
  * `function_call_output`, Anthropic `tool_use`/`tool_result`), and holds every message of the
- * person in order. The Chat Completions messages polyloop sends are the `openai` package's
- * `ChatCompletionMessageParam` (type-checked here), and a recorded multi-turn request of a real
- * client (`fixtures/recorded/openai-chat-multi-turn-request.json`) is exactly what polyloop sends
- * for the same history.
+ * person in order. The bodies polyloop sends for a multi-turn history with calls are values of
+ * the providers' own request types (type-checked here): `openai`'s
+ * `ChatCompletionCreateParamsNonStreaming` and `ResponseCreateParamsNonStreaming`,
+ * `@anthropic-ai/sdk`'s `MessageCreateParamsNonStreaming`; and a recorded multi-turn request of a
+ * real client (`fixtures/recorded/openai-chat-multi-turn-request.json`) is exactly what polyloop
+ * sends for the same history.
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { assert, describe, it } from "@effect/vitest"
@@ -30,9 +32,14 @@ import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as Anthropic from "@polyloop/ai/Anthropic"
 import * as OpenAiCompatible from "@polyloop/ai/OpenAiCompatible"
 import * as OpenAiResponses from "@polyloop/ai/OpenAiResponses"
-import type { ChatCompletionMessageParam } from "openai/resources/chat/completions"
+import * as ModelReply from "@polyloop/core/ModelReply"
+import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import type { MessageCreateParamsNonStreaming, MessageParam } from "@anthropic-ai/sdk/resources/messages"
+import type { ChatCompletionCreateParamsNonStreaming, ChatCompletionMessageParam } from "openai/resources/chat/completions"
+import type { ResponseCreateParamsNonStreaming, ResponseInputItem } from "openai/resources/responses/responses"
 import * as FakeServer from "./FakeServer.js"
 import * as Replay from "./Replay.js"
+import * as WireRender from "./WireRender.js"
 
 const apiKey = "sk-wire-DO-NOT-LEAK"
 
@@ -193,6 +200,91 @@ describe("a conversation's requests on each provider's wire", () => {
         }
       }))
   }
+
+  it.effect("a multi-turn history with calls, rendered by each client, is a value of the provider's own request type", () =>
+    Effect.gen(function*() {
+      // Two turns, each a lookup then (for the first) an answer: the second turn's last request.
+      const model = yield* ScriptedModel.make((request) =>
+        request.messages.at(-1)!._tag === "User"
+          ? ModelReply.make({ text: "", toolCalls: [{ id: "", name: "lookup", argumentsText: JSON.stringify({ order: "17" }) }] })
+          : ModelReply.make({ text: "Shipped." })
+      )
+      const store = yield* RunLogStore.makeMemory
+      const services = Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(registry)), EventSink.layerNoop, Layer.succeed(RunLogStore.RunLogStore, store))
+      for (const [i, text] of questions.slice(0, 2).entries()) {
+        yield* Agent.send({ runId: runId("typed"), messageId: `m${i}`, text, agent, tools: registry }).pipe(Effect.provide(services))
+      }
+      const last = (yield* model.requests).at(-1)!.request
+      const bodyOf = (wire: WireRender.Wire) => Effect.flatMap(WireRender.renderer(wire), (render) => render(last))
+      const parameters = {
+        $schema: "http://json-schema.org/draft-07/schema#",
+        type: "object" as const,
+        required: ["order"],
+        properties: { order: { type: "string" } },
+        additionalProperties: false
+      }
+      const args = JSON.stringify({ order: "17" })
+
+      // Chat Completions: the `openai` package's request type.
+      const chat = {
+        model: "recorded",
+        messages: [
+          { role: "system", content: "Answer about orders." },
+          { role: "user", content: questions[0]! },
+          { role: "assistant", content: null, tool_calls: [{ id: "call_s0_0", type: "function", function: { name: "lookup", arguments: args } }] },
+          { role: "tool", tool_call_id: "call_s0_0", content: "order 17: shipped" },
+          { role: "assistant", content: "Shipped." },
+          { role: "user", content: questions[1]! },
+          { role: "assistant", content: null, tool_calls: [{ id: "call_s2_0", type: "function", function: { name: "lookup", arguments: args } }] },
+          { role: "tool", tool_call_id: "call_s2_0", content: "order 17: shipped" }
+        ] satisfies Array<ChatCompletionMessageParam>,
+        tools: [{ type: "function", function: { name: "lookup", description: "Looks an order up", parameters } }]
+      } satisfies ChatCompletionCreateParamsNonStreaming
+      assert.deepStrictEqual(yield* bodyOf("Chat Completions"), chat)
+
+      // Responses: the `openai` package's request type (a past answer is an EasyInputMessage).
+      const responses = {
+        model: "o3",
+        input: [
+          { role: "developer", content: "Answer about orders." },
+          { role: "user", content: [{ type: "input_text", text: questions[0]! }] },
+          { type: "function_call", call_id: "call_s0_0", name: "lookup", arguments: args },
+          { type: "function_call_output", call_id: "call_s0_0", output: "order 17: shipped" },
+          { role: "assistant", content: "Shipped." },
+          { role: "user", content: [{ type: "input_text", text: questions[1]! }] },
+          { type: "function_call", call_id: "call_s2_0", name: "lookup", arguments: args },
+          { type: "function_call_output", call_id: "call_s2_0", output: "order 17: shipped" }
+        ] satisfies Array<ResponseInputItem>,
+        include: [],
+        text: { format: { type: "text" } },
+        tools: [{ type: "function", name: "lookup", description: "Looks an order up", parameters, strict: false }],
+        tool_choice: "auto"
+      } satisfies ResponseCreateParamsNonStreaming
+      assert.deepStrictEqual(yield* bodyOf("Responses"), responses)
+
+      // Messages: `@anthropic-ai/sdk`'s request type.
+      const anthropic = {
+        max_tokens: 4096,
+        model: "claude-sonnet-4-5",
+        system: [{ type: "text", text: "Answer about orders." }],
+        messages: [
+          { role: "user", content: [{ type: "text", text: questions[0]! }] },
+          { role: "assistant", content: [{ type: "tool_use", id: "call_s0_0", name: "lookup", input: { order: "17" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "call_s0_0", content: "order 17: shipped", is_error: false }] },
+          { role: "assistant", content: [{ type: "text", text: "Shipped." }] },
+          { role: "user", content: [{ type: "text", text: questions[1]! }] },
+          { role: "assistant", content: [{ type: "tool_use", id: "call_s2_0", name: "lookup", input: { order: "17" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "call_s2_0", content: "order 17: shipped", is_error: false }] }
+        ] satisfies Array<MessageParam>,
+        tools: [{ name: "lookup", description: "Looks an order up", input_schema: parameters }],
+        tool_choice: { type: "auto" }
+      } satisfies MessageCreateParamsNonStreaming
+      assert.deepStrictEqual(yield* bodyOf("Anthropic"), anthropic)
+      // And each pairs its calls (the checks the property uses).
+      assert.deepStrictEqual(chatCheck(chat), questions.slice(0, 2))
+      assert.deepStrictEqual(responsesCheck(responses), questions.slice(0, 2))
+      assert.deepStrictEqual(anthropicCheck(anthropic), questions.slice(0, 2))
+    }))
 
   it("the Chat Completions messages are the openai package's ChatCompletionMessageParam; a recorded multi-turn request is what polyloop sends", () => {
     // Type-checked: every message polyloop sends is one the `openai` package accepts.
