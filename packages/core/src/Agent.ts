@@ -27,6 +27,7 @@ import * as Either from "effect/Either"
 import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
+import type * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { ActionExecutor } from "./ActionExecutor.js"
@@ -782,6 +783,12 @@ export interface SendRequest {
   readonly agent: AgentDefinition.AgentDefinition
   readonly tools: ToolRegistry<unknown>
   readonly streaming?: boolean | undefined
+  /**
+   * Waits for another process's turn (design 0300, decision 8): while the send fails `RunBusy`,
+   * it is tried again under this schedule (e.g. `Schedule.spaced("200 millis")` with
+   * `Schedule.upTo`); `RunBusy` when it ends. Unset: `RunBusy` at once. Not in the snapshot.
+   */
+  readonly whileBusy?: Schedule.Schedule<unknown, RunError> | undefined
 }
 
 /**
@@ -804,13 +811,17 @@ export interface SendRequest {
  * - a single-task run (`run`) → `InvalidRunRequest`.
  *
  * Another caller running a turn of the same conversation holds its claim: `RunBusy`, nothing
- * appended (retry it; the message id makes the retry safe).
+ * appended (retry it; the message id makes the retry safe) — or, with `whileBusy`, the send is
+ * tried again under that schedule until the claim is free.
  */
-export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> =>
-  execute(
+export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> => {
+  const attempt = execute(
     { runId: request.runId, agent: request.agent, task: request.text, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) },
     { messageId: request.messageId, text: request.text }
   )
+  const whileBusy = request.whileBusy
+  return whileBusy === undefined ? attempt : Effect.retry(attempt, { schedule: whileBusy, while: (error) => error._tag === "RunBusy" })
+}
 
 /** A conversation's message: the caller's id for it (a retried send appends nothing) and its text. */
 interface SentMessage {

@@ -11,6 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as Approval from "@polyloop/core/Approval"
+import type { RunError } from "@polyloop/core/Errors"
 import * as EventSink from "@polyloop/core/EventSink"
 import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as Ids from "@polyloop/core/Ids"
@@ -32,7 +33,9 @@ import * as fc from "effect/FastCheck"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as TestClock from "effect/TestClock"
 import * as Snapshot from "@polyloop/core/Snapshot"
 import * as Stats from "@polyloop/core/Stats"
 import * as StopReason from "@polyloop/core/StopReason"
@@ -510,5 +513,48 @@ describe("a message while a turn runs in this process", () => {
       const withM2 = requests.filter((r) => userTexts(r).includes(conversation[2]!))
       assert.isTrue(withM2.every((r) => lastUser(r.messages) === conversation[2]))
       assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    }))
+})
+
+describe("a message while another process holds the conversation's claim", () => {
+  it.effect("is RunBusy at once, nothing appended; with whileBusy it waits under the schedule (the Clock's time) and is answered once the claim is free", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      const agent = agentWith()
+      yield* sendWith(store, model, "chat", "m0", conversation[0]!, agent)
+      const size = RunLog.size(yield* store.readLog(Ids.runId("chat")))
+      // Another owner (another process, as the store sees it) holds the claim until released.
+      const claimed = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const owner = yield* Effect.fork(Effect.scoped(Effect.zipRight(
+        Effect.zipRight(store.claim(Ids.runId("chat")), Deferred.succeed(claimed, undefined)),
+        Deferred.await(release)
+      )))
+      yield* Deferred.await(claimed)
+      const send = (whileBusy?: Schedule.Schedule<unknown, RunError>) =>
+        Agent.send({ runId: Ids.runId("chat"), messageId: "m1", text: conversation[1]!, agent, tools, ...(whileBusy === undefined ? {} : { whileBusy }) }).pipe(
+          Effect.provide(Layer.merge(services(store), model.layer))
+        )
+      assert.strictEqual((yield* Effect.flip(send()))._tag, "RunBusy")
+      // A schedule that ends while the claim is held: RunBusy, after its recurrences.
+      const bounded = yield* Effect.fork(Effect.flip(send(Schedule.addDelay(Schedule.recurs(2), () => "1 second"))))
+      yield* TestClock.adjust("3 seconds")
+      assert.strictEqual((yield* Fiber.join(bounded))._tag, "RunBusy")
+      assert.strictEqual(RunLog.size(yield* store.readLog(Ids.runId("chat"))), size, "nothing appended while busy")
+      const calls = yield* model.calls
+      // Waiting: polls every second while the claim is held, then answers by its own turn.
+      const waiting = yield* Effect.fork(send(Schedule.spaced("1 second")))
+      yield* TestClock.adjust("10 seconds")
+      assert.isNull(yield* Fiber.poll(waiting).pipe(Effect.map(Option.getOrNull)), "still waiting for the claim")
+      assert.strictEqual(yield* model.calls, calls)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(owner)
+      yield* TestClock.adjust("1 second")
+      const result = yield* Fiber.join(waiting)
+      assert.deepStrictEqual([result.turn, result.stopReason._tag === "Completed" ? result.stopReason.answer : ""], [1, `Answer to "${conversation[1]}"`])
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1"], "written once")
+      assert.deepStrictEqual(log.turns.map((t) => t.turn), [0, 1])
     }))
 })
