@@ -5,6 +5,7 @@
  * it), the JSON lines export imports back byte for byte, and `verify` finds nothing.
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as Serve from "@polyloop/cli/Serve"
 import * as Style from "@polyloop/cli/Style"
 import * as Transcript from "@polyloop/cli/Transcript"
 import * as Agent from "@polyloop/core/Agent"
@@ -22,6 +23,8 @@ import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as Trajectory from "@polyloop/core/Trajectory"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
@@ -86,7 +89,7 @@ describe("a conversation to the readers", () => {
       assert.strictEqual(LogFile.toJsonl(RunLog.fromRecords(again!.records)), exported)
     }).pipe(Effect.provide(RunLogStore.layerMemory)))
 
-  it.effect("polyloop runs and stats list a conversation awaiting a message with its last turn", () =>
+  it.live("polyloop runs, stats and the viewer's runs list show a conversation awaiting a message with its last turn", () =>
     Effect.gen(function*() {
       const model = yield* ScriptedModel.make((request) => ModelReply.make({ text: `Answered: ${request.messages.filter((m) => m._tag === "User").at(-1)!.text}` }))
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-conversation-cli-"))
@@ -108,6 +111,22 @@ describe("a conversation to the readers", () => {
       const stats = yield* Effect.promise(() => polyloop(dir, ["stats", "--db", db]))
       assert.strictEqual(stats.code, 0, stats.stderr)
       assert.match(stats.stdout, /1 \(1 conversation, turns 3 \/ 3 \/ 3\)\s+Completed\(Answer\) 1/)
+      // The viewer's runs list (GET /api/runs): its status, its last turn's stop reason, and the filters.
+      const token = "conversation-readers-token"
+      const listedByViewer = yield* Effect.scoped(Effect.gen(function*() {
+        const bound = yield* Serve.serve({ port: 0, interval: Duration.millis(50), token })
+        const get = (query: string) =>
+          Effect.promise(async () => (await (await fetch(`${bound.baseUrl}api/runs?${query}`, { headers: { authorization: `Bearer ${token}` } })).json()) as {
+            readonly runs: ReadonlyArray<{ readonly runId: string; readonly status: string; readonly stopReasonLabel: string | null }>
+            readonly filters: { readonly statuses: ReadonlyArray<string>; readonly stopReasons: ReadonlyArray<string> }
+          })
+        return [yield* get(""), yield* get("status=AwaitingMessage&stopReason=Completed")] as const
+      })).pipe(Effect.provide(Layer.merge(SqlRunLogStore.layerSqlite({ filename: db }), NodeContext.layer)))
+      const [all, filtered] = listedByViewer
+      assert.deepStrictEqual(all.runs.map((r) => [r.runId, r.status, r.stopReasonLabel]), [["chat", "AwaitingMessage", "turn 2: Completed(Answer)"]])
+      assert.deepStrictEqual(all.filters.statuses, ["AwaitingMessage"])
+      assert.includeMembers([...all.filters.stopReasons], ["Completed", "Completed(Answer)"])
+      assert.deepStrictEqual(filtered.runs.map((r) => r.runId), ["chat"])
       fs.rmSync(dir, { recursive: true, force: true })
     }), { timeout: 60_000 })
 })
