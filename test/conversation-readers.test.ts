@@ -71,6 +71,7 @@ describe("a conversation to the readers", () => {
       assert.include(shown, "user         And order 23?")
       assert.include(shown, "turn 1 ended: Completed(Answer) after 2 steps")
       assert.include(shown, "a conversation of 3 finished turn(s) and 6 steps")
+      assert.include(shown, "Awaiting message: turn 2 Completed(Answer)")
       assert.isBelow(shown.indexOf("turn 0 ended"), shown.indexOf("turn 1  message"))
 
       const chat = yield* Trajectory.openaiChat(log)
