@@ -121,9 +121,17 @@ describe("a conversation to the readers", () => {
             readonly runs: ReadonlyArray<{ readonly runId: string; readonly status: string; readonly stopReasonLabel: string | null }>
             readonly filters: { readonly statuses: ReadonlyArray<string>; readonly stopReasons: ReadonlyArray<string> }
           })
-        return [yield* get(""), yield* get("status=AwaitingMessage&stopReason=Completed")] as const
+        const stats = yield* Effect.promise(async () =>
+          (await (await fetch(`${bound.baseUrl}api/stats`, { headers: { authorization: `Bearer ${token}` } })).json()) as {
+            readonly finished: number
+            readonly groups: ReadonlyArray<{ readonly runs: number; readonly stopReasons: Record<string, number>; readonly conversations?: { readonly runs: number } }>
+          }
+        )
+        return [yield* get(""), yield* get("status=AwaitingMessage&stopReason=Completed"), stats] as const
       })).pipe(Effect.provide(Layer.merge(SqlRunLogStore.layerSqlite({ filename: db }), NodeContext.layer)))
-      const [all, filtered] = listedByViewer
+      const [all, filtered, viewerStats] = listedByViewer
+      // The statistics page counts it as polyloop stats does.
+      assert.deepStrictEqual(viewerStats.groups.map((g) => [g.runs, g.stopReasons, g.conversations?.runs]), [[1, { "Completed(Answer)": 1 }, 1]])
       assert.deepStrictEqual(all.runs.map((r) => [r.runId, r.status, r.stopReasonLabel]), [["chat", "AwaitingMessage", "turn 2: Completed(Answer)"]])
       assert.deepStrictEqual(all.filters.statuses, ["AwaitingMessage"])
       assert.includeMembers([...all.filters.stopReasons], ["Completed", "Completed(Answer)"])
