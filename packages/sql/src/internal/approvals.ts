@@ -5,7 +5,9 @@
  * `TurnFinished` rows as messages: its `UserMessaged` rows and the task). Computed when listing,
  * so the append paths and the summary row are unchanged and no migration is needed. Every
  * subquery reads the run's primary-key prefix of `polyloop_records`, and only for a row whose
- * stored status is `Unfinished`. The same text is valid on SQLite and PostgreSQL.
+ * stored status is `Unfinished`; the conversation's counts only for a conversation (its last
+ * record, or its `RunStarted`, looked up by key first). The status text is valid on SQLite and
+ * PostgreSQL; the conversation columns test `RunStarted`'s JSON in the dialect's way.
  *
  * @internal
  */
@@ -23,7 +25,10 @@ export const awaitingDecision = (alias: string): string =>
  * (only a conversation writes `TurnFinished`). @internal
  */
 export const awaitingMessage = (alias: string): string =>
-  `(${countOf(alias, "TurnFinished")} > 0 AND ${countOf(alias, "TurnFinished")} = ${countOf(alias, "UserMessaged")} + 1)`
+  // The last record (a primary-key lookup, by the row's `next_seq`) is a `TurnFinished` first:
+  // any other unfinished run pays that one lookup, and no count.
+  `(EXISTS (SELECT 1 FROM polyloop_records l WHERE l.run_id = ${alias}.run_id AND l.seq = ${alias}.next_seq - 1 AND l.kind = 'TurnFinished') ` +
+  `AND ${countOf(alias, "TurnFinished")} = ${countOf(alias, "UserMessaged")} + 1)`
 
 /** The run's status with `Suspended` and `AwaitingMessage` for the unfinished runs so. @internal */
 export const statusColumn = (alias: string): string =>
