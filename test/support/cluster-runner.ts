@@ -9,8 +9,9 @@
  * the runner is registered, then serves until SIGTERM/SIGINT (graceful: runs in flight stop
  * resumable and move) or SIGKILL.
  *
- * Each run: step 0 and step 1 call `charge` (records the execution, then takes a little time, so
- * a kill can land between the side effect and the step's completion), step 2 answers.
+ * Each run (each turn of a conversation sent with `Cluster.send`): its first two steps call
+ * `charge` (records the execution, then takes a little time, so a kill can land between the side
+ * effect and the step's completion), the third answers.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -73,8 +74,15 @@ const main = (url: string, runnerId: string, port: number) => {
   })
   const tools = ToolRegistry.make(charge)
 
+  // Per turn (a single-task run is one turn, so its steps are the run's): two charges, then the
+  // answer (a conversation's turn, `Cluster.send`, the same).
   const model = ScriptedModel.make(
-    (_request, call) => (call.step < 2 ? ScriptedModel.toolCall("charge", { amount: call.step + 1 }) : ScriptedModel.text("all charged")),
+    (request) => {
+      const messages = request.messages
+      let since = 0
+      for (let i = messages.length - 1; i >= 0 && messages[i]!._tag !== "User"; i--) if (messages[i]!._tag === "Assistant") since++
+      return since < 2 ? ScriptedModel.toolCall("charge", { amount: since + 1 }) : ScriptedModel.text("all charged")
+    },
     { latency: Duration.millis(10) }
   )
 

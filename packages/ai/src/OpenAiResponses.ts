@@ -85,7 +85,8 @@ export const applySettings: AiModelClient.ApplySettings = (effect, settings, req
 /**
  * A Responses request body with each `function_call_output`'s `output` decoded once when it is a
  * JSON-encoded string (what `@effect/ai-openai` sends for a string result): the observation text
- * as it is. Anything else is left as it is.
+ * as it is; and each past assistant message of text only sent as an `EasyInputMessage` (its
+ * text as `content`, design 0300). Anything else is left as it is.
  */
 export const unwrapToolOutputs: (body: unknown) => unknown = ToolResults.unwrapResponsesBody
 

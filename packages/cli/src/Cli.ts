@@ -109,7 +109,17 @@ export const demo = Command.make(
 
 const encodeSummaries = Schema.encodeSync(Schema.Array(RunLogStore.RunSummary))
 
-const statusOf = { finished: "Finished", unfinished: "Unfinished", suspended: "Suspended" } as const
+const statusOf = { finished: "Finished", unfinished: "Unfinished", suspended: "Suspended", awaiting: "AwaitingMessage" } as const
+
+/** A run's stop reason; a conversation's last finished turn's, after its number (`turn 2: Completed(Answer)`). */
+const stopReasonCell = (style: Style.Style, summary: RunLogStore.RunSummary): string => {
+  const styled = (reason: StopReason.StopReason) => reason._tag === "Completed" ? StopReason.format(reason) : style.red(StopReason.format(reason))
+  const conversation = summary.conversation
+  if (conversation !== undefined && Option.isNone(summary.stopReason)) {
+    return conversation.lastStopReason === null ? "-" : `turn ${conversation.turns - 1}: ${styled(conversation.lastStopReason)}`
+  }
+  return Option.match(summary.stopReason, { onNone: () => "-", onSome: styled })
+}
 
 /** `polyloop runs`. */
 export const runs = Command.make(
@@ -119,9 +129,11 @@ export const runs = Command.make(
     pg,
     json,
     limit: Options.integer("limit").pipe(Options.optional, Options.withDescription("at most this many runs (newest first)")),
-    status: Options.choice("status", ["finished", "unfinished", "suspended"]).pipe(
+    status: Options.choice("status", ["finished", "unfinished", "suspended", "awaiting"]).pipe(
       Options.optional,
-      Options.withDescription("only finished, unfinished, or suspended runs (unfinished and waiting for a decision: see polyloop pending)")
+      Options.withDescription(
+        "only finished, unfinished, suspended (unfinished and waiting for a decision: see polyloop pending), or awaiting runs (conversations whose every message has had its turn)"
+      )
     ),
     forksOf: Options.text("forks-of").pipe(Options.optional, Options.withDescription("only the runs forked from this run (polyloop fork)"))
   },
@@ -167,11 +179,10 @@ export const runs = Command.make(
           ? style.green("finished")
           : summary.status === "Suspended"
           ? style.cyan("suspended")
+          : summary.status === "AwaitingMessage"
+          ? style.green("awaiting message")
           : style.yellow("unfinished"),
-        Option.match(summary.stopReason, {
-          onNone: () => "-",
-          onSome: (reason) => reason._tag === "Completed" ? StopReason.format(reason) : style.red(StopReason.format(reason))
-        }),
+        stopReasonCell(style, summary),
         String(summary.steps),
         String(summary.effectiveSteps),
         String(summary.tokens),

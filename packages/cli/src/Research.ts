@@ -10,7 +10,8 @@
  * - `replay RUN [--agent MODULE]`: runs the agent again under `Replay.model` on an in-memory
  *   store and prints "identical" or the first divergence (non-zero exit);
  * - `fork RUN --at K --run NEW`: a fork with the parent's configuration;
- * - `stats [--json] [--agent A --snapshot H]`: how finished runs ended, per configuration.
+ * - `stats [--json] [--agent A --snapshot H]`: how finished runs ended, per configuration; a
+ *   conversation awaiting a message counts with its last turn's stop reason and its turns' sums.
  *
  * @since 0.1.0
  */
@@ -309,7 +310,8 @@ export const stats = (common: Common) =>
     { db: common.db, pg: common.pg, json: common.json, agent: filterOptions.agent, snapshot: filterOptions.snapshot },
     (options) =>
       Effect.gen(function*() {
-        const logs = yield* selectLogs({ ...options, stopReason: Option.none() }, true)
+        // Finished runs and conversations awaiting a message (design 0300): `compute` leaves out the rest.
+        const logs = yield* selectLogs({ ...options, stopReason: Option.none() }, false)
         const groups = Stats.compute(logs)
         if (options.json) return yield* Console.log(JSON.stringify(encodeGroups(groups), null, 2))
         if (groups.length === 0) return yield* Console.log(`no finished runs in ${Store.describe(common.location(options))}`)
@@ -317,7 +319,7 @@ export const stats = (common: Common) =>
         const rows = groups.map((g) => [
           g.agent,
           g.snapshotHash.slice(0, 12),
-          String(g.runs),
+          g.conversations === undefined ? String(g.runs) : `${g.runs} (${g.conversations.runs} conversation${g.conversations.runs === 1 ? "" : "s"}, turns ${showDistribution(g.conversations.turns)})`,
           Object.entries(g.stopReasons).sort(([a], [b]) => (a < b ? -1 : 1)).map(([reason, n]) => `${reason} ${n}`).join(", "),
           showDistribution(g.steps),
           showDistribution(g.effectiveSteps),
@@ -341,4 +343,4 @@ export const stats = (common: Common) =>
           )
         )
       }).pipe(Effect.provide(Store.layerExisting(common.location(options))))
-  ).pipe(Command.withDescription("How finished runs ended, per agent and snapshot: stop reasons, steps, effective steps and tokens (median, p90, max), resumes. --json for scripts."))
+  ).pipe(Command.withDescription("How finished runs (and conversations awaiting a message, by their last turn) ended, per agent and snapshot: stop reasons, steps, effective steps and tokens (median, p90, max), resumes. --json for scripts."))

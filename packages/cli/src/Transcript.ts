@@ -135,10 +135,18 @@ const replayPolicyOf = (transcript: Transcript, tool: string): string | undefine
     Option.flatMap(transcript.snapshot, (snapshot) => Option.fromNullable(snapshot.tools.find((t) => t.name === tool)?.replayPolicy))
   )
 
-/** The status of a run with its stop reason, e.g. `Finished: Completed(Tool)`. */
+/**
+ * The status of a run with its stop reason, e.g. `Finished: Completed(Tool)`; a conversation
+ * whose every message has had its turn, e.g. `Awaiting message: turn 2 Completed(Answer)`.
+ */
 export const statusLine = (style: Style, summary: RunLogStore.RunSummary): string =>
   Option.match(summary.stopReason, {
-    onNone: () => style.yellow("Unfinished"),
+    onNone: () => {
+      const last = summary.conversation?.lastStopReason
+      if (summary.status !== "AwaitingMessage" || summary.conversation === undefined || last === undefined || last === null) return style.yellow("Unfinished")
+      const formatted = StopReason.format(last)
+      return `Awaiting message: turn ${summary.conversation.turns - 1} ${last._tag === "Completed" ? style.green(formatted) : style.red(formatted)}`
+    },
     onSome: (reason) => `Finished: ${reason._tag === "Completed" ? style.green(StopReason.format(reason)) : style.red(StopReason.format(reason))}`
   })
 

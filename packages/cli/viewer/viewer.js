@@ -55,7 +55,7 @@ const duration = (millis) => {
 const stopReasonLabel = (reason) => {
   if (!reason) return null
   if (reason._tag === "Completed") return `Completed(${reason.by})`
-  if (reason._tag === "BudgetExhausted") return `BudgetExhausted(${reason.budget})`
+  if (reason._tag === "BudgetExhausted") return reason.scope === undefined ? `BudgetExhausted(${reason.budget})` : `BudgetExhausted(${reason.scope}:${reason.budget})`
   return reason._tag
 }
 
@@ -63,11 +63,14 @@ const stopReasonClass = (reason) => (!reason ? "" : reason._tag === "Completed" 
 
 const statusTitles = {
   Unfinished: "running now, or stopped before its end (a resume with the same run id continues it)",
-  Suspended: "waiting for a person's decision on a call; the run goes on when it is run again after the decision"
+  Suspended: "waiting for a person's decision on a call; the run goes on when it is run again after the decision",
+  AwaitingMessage: "a conversation whose every message has had its turn: it goes on when the next message is sent"
 }
 
+const statusLabels = { AwaitingMessage: "awaiting message" }
+
 const statusBadge = (status) => {
-  const label = String(status).toLowerCase()
+  const label = statusLabels[status] ?? String(status).toLowerCase()
   return el("span", { class: `badge ${label}`, title: statusTitles[status] }, label)
 }
 
@@ -150,7 +153,7 @@ const renderList = (data, params) => {
   const filters = el(
     "form",
     { class: "filters", id: "filters" },
-    select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s === "Suspended" ? "suspended (waiting for a decision)" : s.toLowerCase()])),
+    select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s === "Suspended" ? "suspended (waiting for a decision)" : s === "AwaitingMessage" ? "awaiting message (a conversation)" : s.toLowerCase()])),
     select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
     select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
@@ -181,7 +184,7 @@ const renderList = (data, params) => {
       el("td", { class: "run" }, el("a", { href: runHref(run.runId) }, run.runId)),
       el("td", {}, run.agent),
       el("td", {}, statusBadge(run.status)),
-      el("td", {}, run.stopReasonLabel ? el("span", { class: `badge ${stopReasonClass(run.stopReason)}` }, run.stopReasonLabel) : el("span", { class: "muted" }, "-")),
+      el("td", {}, run.stopReasonLabel ? el("span", { class: `badge ${stopReasonClass(run.stopReason ?? run.conversation?.lastStopReason)}` }, run.stopReasonLabel) : el("span", { class: "muted" }, "-")),
       el("td", { class: "num" }, run.steps),
       el("td", { class: "num" }, run.effectiveSteps),
       el("td", { class: "num" }, run.tokens),

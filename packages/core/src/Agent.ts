@@ -27,11 +27,13 @@ import * as Either from "effect/Either"
 import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
+import type * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
+import type { BudgetItem, ConversationBudget } from "./Budget.js"
 import { DecisionParser } from "./DecisionParser.js"
 import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, RunBusy, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
@@ -169,6 +171,13 @@ const judge = (run: Run): StopReason | undefined => {
       if (result.outcome.envReportedCompletion) return { _tag: "Completed", by: "Environment" }
     }
   }
+  // A conversation's budget counts over all its turns (design 0300), checked first: a step that
+  // exhausts both is reported as the conversation's, which decides every later message.
+  const whole = run.conversation ? run.request.agent.conversationBudget : undefined
+  if (whole !== undefined) {
+    const exhausted = conversationExhausted(run, whole)
+    if (exhausted !== undefined) return { _tag: "BudgetExhausted", budget: exhausted, scope: "Conversation" }
+  }
   // A budget is per turn (design 0300): a single-task run is one turn, counted from zero.
   const budget = run.request.agent.budget
   const from = state.turnStart
@@ -182,6 +191,16 @@ const judge = (run: Run): StopReason | undefined => {
   if (run.maxDurationMillis !== undefined && state.elapsed - from.elapsed >= run.maxDurationMillis) {
     return { _tag: "BudgetExhausted", budget: "Duration" }
   }
+  return undefined
+}
+
+/** The item of a conversation's budget its totals (every turn, from the first step) have reached. */
+const conversationExhausted = (run: Run, budget: ConversationBudget): BudgetItem | undefined => {
+  const state = run.state
+  if (budget.maxSteps !== undefined && state.steps >= budget.maxSteps) return "Steps"
+  if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps >= budget.maxEffectiveSteps) return "EffectiveSteps"
+  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens >= budget.maxTokens) return "Tokens"
+  if (budget.maxDuration !== undefined && state.elapsed >= Duration.toMillis(budget.maxDuration)) return "Duration"
   return undefined
 }
 
@@ -764,6 +783,12 @@ export interface SendRequest {
   readonly agent: AgentDefinition.AgentDefinition
   readonly tools: ToolRegistry<unknown>
   readonly streaming?: boolean | undefined
+  /**
+   * Waits for another process's turn (design 0300, decision 8): while the send fails `RunBusy`,
+   * it is tried again under this schedule (e.g. `Schedule.spaced("200 millis")` with
+   * `Schedule.upTo`); `RunBusy` when it ends. Unset: `RunBusy` at once. Not in the snapshot.
+   */
+  readonly whileBusy?: Schedule.Schedule<unknown, RunError> | undefined
 }
 
 /**
@@ -786,13 +811,17 @@ export interface SendRequest {
  * - a single-task run (`run`) → `InvalidRunRequest`.
  *
  * Another caller running a turn of the same conversation holds its claim: `RunBusy`, nothing
- * appended (retry it; the message id makes the retry safe).
+ * appended (retry it; the message id makes the retry safe) — or, with `whileBusy`, the send is
+ * tried again under that schedule until the claim is free.
  */
-export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> =>
-  execute(
+export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> => {
+  const attempt = execute(
     { runId: request.runId, agent: request.agent, task: request.text, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) },
     { messageId: request.messageId, text: request.text }
   )
+  const whileBusy = request.whileBusy
+  return whileBusy === undefined ? attempt : Effect.retry(attempt, { schedule: whileBusy, while: (error) => error._tag === "RunBusy" })
+}
 
 /** A conversation's message: the caller's id for it (a retried send appends nothing) and its text. */
 interface SentMessage {

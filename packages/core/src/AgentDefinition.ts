@@ -8,7 +8,7 @@ import * as Duration from "effect/Duration"
 import * as Schedule from "effect/Schedule"
 import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as Schema from "effect/Schema"
-import { Budget, FiniteDurationFromMillis } from "./Budget.js"
+import { Budget, ConversationBudget, FiniteDurationFromMillis } from "./Budget.js"
 import { ModelError } from "./Errors.js"
 import { ModelSettings } from "./ModelSettings.js"
 import * as SyntheticObservations from "./SyntheticObservations.js"
@@ -89,6 +89,13 @@ export const AgentDefinition = Schema.Struct({
   systemPrompt: Schema.String,
   modelSettings: ModelSettings,
   budget: Budget,
+  /**
+   * A conversation's budget (design 0300): the same items as `budget`, counted over all of a
+   * conversation's turns; exhausted, the turn stops with `BudgetExhausted` of scope
+   * `"Conversation"` and every later message's turn ends so at once. A single-task run ignores
+   * it. In the snapshot.
+   */
+  conversationBudget: Schema.optional(ConversationBudget),
   syntheticObservations: SyntheticObservations.SyntheticObservations,
   /** Characters of an observation allowed into history; the rest is cut and counted. */
   observationLimit: Schema.optional(Schema.Int.pipe(Schema.positive())),
@@ -121,6 +128,7 @@ export const make = (fields: {
   readonly name: string
   readonly systemPrompt: string
   readonly budget: AgentDefinition["budget"]
+  readonly conversationBudget?: ConversationBudget
   readonly modelSettings?: ModelSettings
   readonly syntheticObservations?: Partial<SyntheticObservations.SyntheticObservations>
   readonly observationLimit?: number
@@ -134,6 +142,7 @@ export const make = (fields: {
   systemPrompt: fields.systemPrompt,
   modelSettings: fields.modelSettings ?? {},
   budget: fields.budget,
+  ...(fields.conversationBudget === undefined ? {} : { conversationBudget: fields.conversationBudget }),
   syntheticObservations: { ...SyntheticObservations.defaults, ...fields.syntheticObservations },
   ...(fields.observationLimit === undefined ? {} : { observationLimit: fields.observationLimit }),
   ...(fields.historyRendering === undefined ? {} : { historyRendering: fields.historyRendering }),

@@ -32,6 +32,21 @@ export const Budget = Schema.Struct({
 /** @since 0.1.0 */
 export interface Budget extends Schema.Schema.Type<typeof Budget> {}
 
+/**
+ * A conversation's budget (design 0300, decision 6): the same items as `Budget`, counted over
+ * every turn of the conversation (`Budget` counts from the turn's start). Every item is
+ * optional: a turn's `budget` already bounds its steps.
+ */
+export const ConversationBudget = Schema.Struct({
+  maxSteps: Schema.optional(Schema.Int.pipe(Schema.positive())),
+  maxEffectiveSteps: Schema.optional(Schema.Int.pipe(Schema.positive())),
+  maxTokens: Schema.optional(Schema.Int.pipe(Schema.positive())),
+  /** Encoded as milliseconds; time spent crashed, or waiting for the next message, does not count. */
+  maxDuration: Schema.optional(FiniteDurationFromMillis)
+})
+/** @since 0.1.0 */
+export interface ConversationBudget extends Schema.Schema.Type<typeof ConversationBudget> {}
+
 /** Which budget item ran out. */
 export const BudgetItem = Schema.Literal("Steps", "EffectiveSteps", "Tokens", "Duration")
 /** @since 0.1.0 */

@@ -343,6 +343,16 @@ export const RunLog = Schema.Struct({
 /** @since 0.1.0 */
 export interface RunLog extends Schema.Schema.Type<typeof RunLog> {}
 
+/** Is the log a conversation's (design 0300: `RunStarted.conversation`, started by `Agent.send`)? */
+export const isConversation = (log: RunLog): boolean => log.started._tag === "Some" && log.started.value.conversation !== undefined
+
+/**
+ * Does the log's conversation wait for the next message (design 0300)? Every message has had its
+ * turn: the last turn finished and nothing is held. Never true of a single-task run.
+ */
+export const awaitsMessage = (log: RunLog): boolean =>
+  isConversation(log) && log.finished._tag === "None" && log.turns.length > 0 && log.turns.length === log.userMessages.length + 1
+
 /** The empty log: what `readLog` returns for a run that does not exist. */
 export const empty: RunLog = {
   started: Option.none(),

@@ -56,9 +56,10 @@ import { StopReason } from "./StopReason.js"
 
 /**
  * Whether a run has finished; `Suspended`: unfinished and waiting for a person's decision on a
- * call (design 0160).
+ * call (design 0160); `AwaitingMessage`: a conversation whose every message has had its turn,
+ * waiting for the next (design 0300).
  */
-export const RunStatus = Schema.Literal("Unfinished", "Suspended", "Finished")
+export const RunStatus = Schema.Literal("Unfinished", "Suspended", "AwaitingMessage", "Finished")
 /** @since 0.1.0 */
 export type RunStatus = typeof RunStatus.Type
 
@@ -91,6 +92,15 @@ export const RunSummary = Schema.Struct({
   /** The replies' input tokens (with `outputTokens`, the split of `tokens`). */
   inputTokens: Schema.optional(Schema.NonNegativeInt),
   outputTokens: Schema.optional(Schema.NonNegativeInt),
+  /**
+   * A conversation's turns (design 0300): finished turns, messages (its task included) and the
+   * last finished turn's stop reason (null before the first). Absent for a single-task run.
+   */
+  conversation: Schema.optional(Schema.Struct({
+    turns: Schema.NonNegativeInt,
+    messages: Schema.NonNegativeInt,
+    lastStopReason: Schema.NullOr(StopReason)
+  })),
   /** A finished run's `RunFinished.counters` (what `Stats` reads); null: not finished. */
   counters: Schema.optional(Schema.NullOr(Schema.Struct({
     steps: Schema.NonNegativeInt,
@@ -489,7 +499,13 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
     return {
       runId: started.runId,
       agent,
-      status: Option.isSome(finished) ? "Finished" : Approvals.isSuspended(log) ? "Suspended" : "Unfinished",
+      status: Option.isSome(finished)
+        ? "Finished"
+        : Approvals.isSuspended(log)
+        ? "Suspended"
+        : RunLog.awaitsMessage(log)
+        ? "AwaitingMessage"
+        : "Unfinished",
       stopReason: Option.map(finished, (f) => f.stopReason),
       steps: log.steps.length,
       effectiveSteps,
@@ -504,6 +520,13 @@ export const summarize = (log: RunLog.RunLog): Option.Option<RunSummary> =>
         : { runId: started.forkedFrom.runId, step: started.forkedFrom.step, differences: started.forkedFrom.differences.length },
       inputTokens,
       outputTokens,
+      ...(started.conversation === undefined ? {} : {
+        conversation: {
+          turns: log.turns.length,
+          messages: log.userMessages.length + 1,
+          lastStopReason: log.turns.length === 0 ? null : log.turns[log.turns.length - 1]!.stopReason
+        }
+      }),
       counters: Option.match(finished, {
         onNone: () => null,
         onSome: ({ counters }) => ({

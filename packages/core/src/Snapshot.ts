@@ -9,7 +9,7 @@ import { createHash } from "node:crypto"
 import * as Schema from "effect/Schema"
 import { ReplayPolicy } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
-import { Budget } from "./Budget.js"
+import { Budget, ConversationBudget } from "./Budget.js"
 import type { SnapshotDifference } from "./Errors.js"
 import * as HistoryPolicy from "./HistoryPolicy.js"
 import { ModelSettings } from "./ModelSettings.js"
@@ -45,6 +45,8 @@ export const Snapshot = Schema.Struct({
     systemPrompt: Schema.String,
     modelSettings: ModelSettings,
     budget: Budget,
+    /** A conversation's budget (design 0300); absent when unset (every snapshot recorded before it). */
+    conversationBudget: Schema.optional(ConversationBudget),
     syntheticObservations: SyntheticObservations.SyntheticObservations,
     observationLimit: Schema.NullOr(Schema.Int),
     historyRendering: AgentDefinition.HistoryRendering,
@@ -97,6 +99,8 @@ export const agentPart = (
   systemPrompt: agent.systemPrompt,
   modelSettings: agent.modelSettings,
   budget: agent.budget,
+  // Absent when unset, so the snapshots (and hashes) of agents without one are what they were.
+  ...(agent.conversationBudget === undefined ? {} : { conversationBudget: agent.conversationBudget }),
   syntheticObservations: syntheticOf(agent, tools),
   observationLimit: agent.observationLimit ?? null,
   historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering,

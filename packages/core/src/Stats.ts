@@ -4,7 +4,9 @@
  * number of runs, the stop-reason distribution (`Completed(Tool|Environment|Answer)`, each
  * `BudgetExhausted(<budget>)`, `EnvError`), steps / effective steps / tokens as median, p90
  * (nearest rank) and max, and how many runs were resumed and how often. Numbers come from each
- * run's `RunFinished` counters (what the run itself recorded).
+ * run's `RunFinished` counters (what the run itself recorded). A conversation awaiting its next
+ * message (design 0300) counts too: its stop reason is its last turn's, its numbers the sum of
+ * its turns' `TurnFinished` counters; a group with conversations says how many and their turns.
  *
  * `select` is the run filter shared with `polyloop export --all`.
  *
@@ -16,7 +18,7 @@ import * as Schema from "effect/Schema"
 import type { StoreError } from "./Errors.js"
 import type { RunId } from "./Ids.js"
 import { totalTokens } from "./ModelReply.js"
-import type * as RunLog from "./RunLog.js"
+import * as RunLog from "./RunLog.js"
 import { RunLogStore, summarize } from "./RunLogStore.js"
 import * as StopReason from "./StopReason.js"
 
@@ -38,7 +40,12 @@ export const Group = Schema.Struct({
   /** Runs resumed at least once. */
   resumedRuns: Schema.NonNegativeInt,
   /** Resumes over all runs. */
-  resumes: Schema.NonNegativeInt
+  resumes: Schema.NonNegativeInt,
+  /**
+   * The group's conversations awaiting a message (design 0300), counted in `runs`, and their
+   * turns per conversation. Absent when the group has none.
+   */
+  conversations: Schema.optional(Schema.Struct({ runs: Schema.NonNegativeInt, turns: Distribution }))
 })
 /** @since 0.1.0 */
 export interface Group extends Schema.Schema.Type<typeof Group> {}
@@ -52,7 +59,38 @@ export interface Filter {
    * `EnvError`) or its kind alone (`Completed`, `BudgetExhausted`); implies a finished run.
    */
   readonly stopReason?: string
-  readonly status?: "Finished" | "Unfinished"
+  /** `Unfinished` is neither finished nor a conversation awaiting a message (`AwaitingMessage`). */
+  readonly status?: "Finished" | "Unfinished" | "AwaitingMessage"
+}
+
+/** A log's status as the filter reads it. */
+const statusOf = (log: RunLog.RunLog): "Finished" | "Unfinished" | "AwaitingMessage" =>
+  Option.isSome(log.finished) ? "Finished" : RunLog.awaitsMessage(log) ? "AwaitingMessage" : "Unfinished"
+
+/**
+ * How a counted run ended: a finished run's `RunFinished`, or, for a conversation awaiting a
+ * message, its last turn's stop reason with the sum of its turns' counters; undefined otherwise.
+ */
+const endOf = (log: RunLog.RunLog): { readonly stopReason: StopReason.StopReason; readonly counters: RunLog.RunCounters; readonly turns: number | undefined } | undefined => {
+  if (Option.isSome(log.finished)) return { stopReason: log.finished.value.stopReason, counters: log.finished.value.counters, turns: undefined }
+  if (!RunLog.awaitsMessage(log)) return undefined
+  let steps = 0
+  let effectiveSteps = 0
+  let inputTokens = 0
+  let outputTokens = 0
+  let elapsed = 0
+  for (const turn of log.turns) {
+    steps += turn.counters.steps
+    effectiveSteps += turn.counters.effectiveSteps
+    inputTokens += turn.counters.usage.inputTokens
+    outputTokens += turn.counters.usage.outputTokens
+    elapsed += turn.counters.elapsed
+  }
+  return {
+    stopReason: log.turns[log.turns.length - 1]!.stopReason,
+    counters: { steps, effectiveSteps, usage: { inputTokens, outputTokens }, elapsed, resumedCount: log.resumes.length },
+    turns: log.turns.length
+  }
 }
 
 /** The agent name a log's snapshot records ("?" if none), as the run summaries give it. */
@@ -66,9 +104,11 @@ export const matches = (log: RunLog.RunLog, filter: Filter): boolean => {
   if (Option.isNone(log.started)) return false
   if (filter.agent !== undefined && agentOf(log) !== filter.agent) return false
   if (filter.snapshotHash !== undefined && log.started.value.snapshotHash !== filter.snapshotHash) return false
-  if (filter.status !== undefined && (filter.status === "Finished") !== Option.isSome(log.finished)) return false
+  if (filter.status !== undefined && filter.status !== statusOf(log)) return false
   if (filter.stopReason !== undefined) {
-    if (Option.isNone(log.finished) || !matchesStopReason(log.finished.value.stopReason, filter.stopReason)) return false
+    // A conversation awaiting a message ended its last turn so.
+    const end = endOf(log)
+    if (end === undefined || !matchesStopReason(end.stopReason, filter.stopReason)) return false
   }
   return true
 }
@@ -99,16 +139,21 @@ export const distribution = (values: ReadonlyArray<number>): Distribution => {
   return { median, p90: sorted[Math.ceil(0.9 * n) - 1]!, max: sorted[n - 1]! }
 }
 
-/** The statistics of the finished runs among `logs` (unfinished ones are left out), grouped and sorted by agent, then snapshot hash. */
+/**
+ * The statistics of the finished runs and the conversations awaiting a message among `logs`
+ * (other unfinished ones are left out), grouped and sorted by agent, then snapshot hash.
+ */
 export const compute = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<Group> => {
-  const groups = new Map<string, { agent: string; snapshotHash: string; finished: Array<RunLog.RunFinished> }>()
+  const groups = new Map<string, { agent: string; snapshotHash: string; finished: Array<NonNullable<ReturnType<typeof endOf>>> }>()
   for (const log of logs) {
-    if (Option.isNone(log.started) || Option.isNone(log.finished)) continue
+    if (Option.isNone(log.started)) continue
+    const end = endOf(log)
+    if (end === undefined) continue
     const agent = agentOf(log)
     const snapshotHash = log.started.value.snapshotHash
     const key = JSON.stringify([agent, snapshotHash])
     const group = groups.get(key) ?? { agent, snapshotHash, finished: [] }
-    group.finished.push(log.finished.value)
+    group.finished.push(end)
     groups.set(key, group)
   }
   return [...groups.values()]
@@ -119,6 +164,7 @@ export const compute = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<Group> => 
         const key = StopReason.format(f.stopReason)
         stopReasons[key] = (stopReasons[key] ?? 0) + 1
       }
+      const turns = finished.flatMap((f) => (f.turns === undefined ? [] : [f.turns]))
       return {
         agent,
         snapshotHash,
@@ -128,11 +174,17 @@ export const compute = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<Group> => 
         effectiveSteps: distribution(finished.map((f) => f.counters.effectiveSteps)),
         tokens: distribution(finished.map((f) => totalTokens(f.counters.usage))),
         resumedRuns: finished.filter((f) => f.counters.resumedCount > 0).length,
-        resumes: finished.reduce((sum, f) => sum + f.counters.resumedCount, 0)
+        resumes: finished.reduce((sum, f) => sum + f.counters.resumedCount, 0),
+        ...(turns.length === 0 ? {} : { conversations: { runs: turns.length, turns: distribution(turns) } })
       }
     })
 }
 
-/** The statistics of the store's finished runs that pass the filter. */
+/** The statistics of the store's finished runs and conversations awaiting a message that pass the filter. */
 export const fromStore = (filter: Filter = {}): Effect.Effect<ReadonlyArray<Group>, StoreError, RunLogStore> =>
-  Effect.map(select({ ...filter, status: "Finished" }), compute).pipe(Effect.withSpan("Stats.fromStore"))
+  Effect.map(
+    filter.status !== undefined
+      ? select(filter)
+      : Effect.zipWith(select({ ...filter, status: "Finished" }), select({ ...filter, status: "AwaitingMessage" }), (a, b) => [...a, ...b]),
+    compute
+  ).pipe(Effect.withSpan("Stats.fromStore"))

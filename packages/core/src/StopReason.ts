@@ -14,8 +14,15 @@ export const Completed = Schema.TaggedStruct("Completed", {
 /** @since 0.1.0 */
 export interface Completed extends Schema.Schema.Type<typeof Completed> {}
 
-/** A budget item ran out. */
-export const BudgetExhausted = Schema.TaggedStruct("BudgetExhausted", { budget: BudgetItem })
+/**
+ * A budget item ran out: the turn's (or the run's) `budget`, or, with `scope: "Conversation"`,
+ * the conversation's `conversationBudget` (design 0300) — which every later message of the
+ * conversation is answered with too. `scope` is absent in every stop reason recorded before it.
+ */
+export const BudgetExhausted = Schema.TaggedStruct("BudgetExhausted", {
+  budget: BudgetItem,
+  scope: Schema.optional(Schema.Literal("Conversation"))
+})
 /** @since 0.1.0 */
 export interface BudgetExhausted extends Schema.Schema.Type<typeof BudgetExhausted> {}
 
@@ -29,13 +36,13 @@ export const StopReason = Schema.Union(Completed, BudgetExhausted, EnvError)
 /** @since 0.1.0 */
 export type StopReason = Completed | BudgetExhausted | EnvError
 
-/** A one-line rendering, e.g. `Completed(Tool)` or `BudgetExhausted(Steps)`. */
+/** A one-line rendering, e.g. `Completed(Tool)`, `BudgetExhausted(Steps)` or `BudgetExhausted(Conversation:Tokens)`. */
 export const format = (reason: StopReason): string => {
   switch (reason._tag) {
     case "Completed":
       return `Completed(${reason.by})`
     case "BudgetExhausted":
-      return `BudgetExhausted(${reason.budget})`
+      return reason.scope === undefined ? `BudgetExhausted(${reason.budget})` : `BudgetExhausted(${reason.scope}:${reason.budget})`
     case "EnvError":
       return "EnvError"
   }

@@ -11,6 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as Approval from "@polyloop/core/Approval"
+import type { RunError } from "@polyloop/core/Errors"
 import * as EventSink from "@polyloop/core/EventSink"
 import * as HistoryPolicy from "@polyloop/core/HistoryPolicy"
 import * as Ids from "@polyloop/core/Ids"
@@ -32,7 +33,12 @@ import * as fc from "effect/FastCheck"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as TestClock from "effect/TestClock"
+import * as Snapshot from "@polyloop/core/Snapshot"
+import * as Stats from "@polyloop/core/Stats"
+import * as StopReason from "@polyloop/core/StopReason"
 
 const lookup = Tool.make({
   name: "lookup",
@@ -50,12 +56,20 @@ const refund = Tool.make({
 })
 const tools = ToolRegistry.make(lookup, refund)
 
-const agentWith = (options: { readonly maxSteps?: number; readonly prompt?: string; readonly history?: HistoryPolicy.HistoryPolicy } = {}) =>
+const agentWith = (
+  options: {
+    readonly maxSteps?: number
+    readonly prompt?: string
+    readonly history?: HistoryPolicy.HistoryPolicy
+    readonly conversationBudget?: AgentDefinition.AgentDefinition["conversationBudget"]
+  } = {}
+) =>
   AgentDefinition.make({
     name: "desk",
     systemPrompt: options.prompt ?? "You answer customers about their orders.",
     budget: { maxSteps: options.maxSteps ?? 6 },
-    ...(options.history === undefined ? {} : { history: options.history })
+    ...(options.history === undefined ? {} : { history: options.history }),
+    ...(options.conversationBudget === undefined ? {} : { conversationBudget: options.conversationBudget })
   })
 
 /** The last user message of a request (what the turn answers). */
@@ -314,6 +328,136 @@ describe("Agent.send", () => {
   )
 })
 
+describe("the conversation's budget", () => {
+  const four = [...conversation, "One more: order 52?"]
+  const turnsOf = (log: RunLog.RunLog) => log.turns.map((t) => [t.turn, t.counters.steps, t.stopReason])
+  const snapshotOf = (log: RunLog.RunLog) => Schema.decodeUnknownSync(Snapshot.Snapshot)(Option.getOrThrow(log.started).snapshot)
+  const conversationSteps = { _tag: "BudgetExhausted", budget: "Steps", scope: "Conversation" } as const
+
+  it.effect("counts over every turn; exhausted, the turn stops with its scope, and a later message is recorded and answered so without a model call", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      // Three steps a turn: the turn's budget (6) never runs out; the conversation's (7) does in turn 2.
+      const agent = agentWith({ conversationBudget: { maxSteps: 7 } })
+      const results = []
+      for (const [i, text] of four.entries()) results.push(yield* sendWith(store, model, "chat", `m${i}`, text, agent))
+      assert.deepStrictEqual(results.map((r) => [r.turn, r.steps, r.stopReason._tag]), [[0, 3, "Completed"], [1, 3, "Completed"], [2, 1, "BudgetExhausted"], [3, 0, "BudgetExhausted"]])
+      assert.deepStrictEqual(results[2]!.stopReason, conversationSteps)
+      assert.deepStrictEqual(results[3]!.stopReason, conversationSteps)
+      assert.strictEqual(yield* model.calls, 7, "the exhausted conversation's message called no model")
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1", "m2", "m3"], "the message is recorded, never lost")
+      assert.deepStrictEqual(turnsOf(log).at(-1), [3, 0, conversationSteps])
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+      // A retried send of the exhausted message: the same result, nothing appended or called.
+      const size = RunLog.size(log)
+      assert.deepStrictEqual(yield* sendWith(store, model, "chat", "m3", four[3]!, agent), results[3])
+      assert.strictEqual(RunLog.size(yield* store.readLog(Ids.runId("chat"))), size)
+      assert.strictEqual(yield* model.calls, 7)
+      // The snapshot holds it; an agent without one keeps the snapshot it had.
+      assert.deepStrictEqual(snapshotOf(log).agent.conversationBudget, { maxSteps: 7 })
+      const plain = yield* RunLogStore.makeMemory
+      yield* sendWith(plain, model, "chat", "m0", four[0]!)
+      assert.isFalse("conversationBudget" in snapshotOf(yield* plain.readLog(Ids.runId("chat"))).agent)
+    }))
+
+  it.effect("tokens count over every turn; a single-task run ignores the conversation's budget", () =>
+    Effect.gen(function*() {
+      const reference = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      for (const [i, text] of conversation.entries()) yield* sendWith(reference, model, "chat", `m${i}`, text)
+      const turns = (yield* reference.readLog(Ids.runId("chat"))).turns
+      const tokensOf = (t: RunLog.TurnFinished) => t.counters.usage.inputTokens + t.counters.usage.outputTokens
+      // Just over turn 0's tokens: reached by turn 1's first step, counted on from turn 0.
+      const maxTokens = tokensOf(turns[0]!) + 1
+      const store = yield* RunLogStore.makeMemory
+      const agent = agentWith({ conversationBudget: { maxTokens } })
+      const results = []
+      for (const [i, text] of conversation.entries()) results.push(yield* sendWith(store, model, "chat", `m${i}`, text, agent))
+      assert.deepStrictEqual(results.map((r) => [r.steps, StopReason.format(r.stopReason)]), [
+        [3, "Completed(Answer)"],
+        [1, "BudgetExhausted(Conversation:Tokens)"],
+        [0, "BudgetExhausted(Conversation:Tokens)"]
+      ])
+      const single = yield* Agent.run({ runId: Ids.runId("single"), agent: agentWith({ conversationBudget: { maxSteps: 1, maxTokens: 1 } }), task: conversation[0]!, tools }).pipe(
+        Effect.provide(Layer.merge(services(store), model.layer))
+      )
+      assert.deepStrictEqual([single.steps, single.stopReason._tag], [3, "Completed"])
+    }))
+
+  it.effect("killed at every step boundary and between a message's write and its turn: the resumed conversation counts on from the log, ending every turn as the uninterrupted one", () =>
+    Effect.gen(function*() {
+      const agent = agentWith({ conversationBudget: { maxSteps: 7 } })
+      const refStore = yield* RunLogStore.makeMemory
+      const refModel = yield* ScriptedModel.make(desk())
+      for (const [i, text] of four.entries()) yield* sendWith(refStore, refModel, "chat", `m${i}`, text, agent)
+      const reference = yield* refStore.readLog(Ids.runId("chat"))
+      const cuts: Array<(e: { readonly _tag: string; readonly step?: number; readonly turn?: number }) => boolean> = [
+        ...Array.from({ length: reference.steps.length }, (_, k) => (e: { readonly _tag: string; readonly step?: number }) => e._tag === "StepCompleted" && e.step === k),
+        ...[1, 2, 3].map((turn) => (e: { readonly _tag: string; readonly turn?: number }) => e._tag === "TurnStarted" && e.turn === turn)
+      ]
+      for (const [c, cut] of cuts.entries()) {
+        const store = yield* RunLogStore.makeMemory
+        let interrupted = false
+        for (const [i, text] of four.entries()) {
+          const reached = yield* Deferred.make<void>()
+          const sink = EventSink.layer((e) => (!interrupted && cut(e) ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+          const model = yield* ScriptedModel.make(desk())
+          const fiber = yield* Effect.fork(sendWith(store, model, "chat", `m${i}`, text, agent, sink))
+          const done = yield* Effect.raceFirst(Effect.as(Deferred.await(reached), "cut" as const), Effect.as(Fiber.await(fiber), "done" as const))
+          if (done === "cut") {
+            interrupted = true
+            yield* Fiber.interrupt(fiber)
+            assert.strictEqual((yield* sendWith(store, yield* ScriptedModel.make(desk()), "chat", `m${i}`, text, agent)).turn, i, `cut ${c}`)
+          }
+        }
+        const log = yield* store.readLog(Ids.runId("chat"))
+        assert.isTrue(interrupted, `cut ${c} was reached`)
+        assert.deepStrictEqual(turnsOf(log), turnsOf(reference), `cut ${c}`)
+        assert.deepStrictEqual(log.replies.map((r) => r.requestHash), reference.replies.map((r) => r.requestHash), `cut ${c}`)
+        assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1", "m2", "m3"], `cut ${c}`)
+      }
+    }), { timeout: 120_000 })
+})
+
+describe("Stats and the run summary of a conversation", () => {
+  it.effect("a conversation awaiting a message is listed so with its turns, and counted in Stats by its last turn and the sums of its turns; mid-turn it is neither", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      const agent = agentWith({ maxSteps: 3 })
+      for (const [i, text] of conversation.entries()) yield* sendWith(store, model, "chat", `m${i}`, text, agent)
+      yield* Agent.run({ runId: Ids.runId("single"), agent, task: conversation[0]!, tools }).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+      const summary = (yield* store.listRuns()).find((s) => s.runId === "chat")!
+      assert.strictEqual(summary.status, "AwaitingMessage")
+      assert.deepStrictEqual(summary.conversation, { turns: 3, messages: 3, lastStopReason: { _tag: "Completed", by: "Answer", answer: `Answer to "${conversation[2]}"` } })
+      const groups = yield* Stats.fromStore().pipe(Effect.provideService(RunLogStore.RunLogStore, store))
+      assert.strictEqual(groups.length, 1)
+      const group = groups[0]!
+      assert.strictEqual(group.runs, 2)
+      assert.deepStrictEqual(group.stopReasons, { "Completed(Answer)": 2 })
+      assert.deepStrictEqual(group.steps, { median: 6, p90: 9, max: 9 }, "the conversation's steps: the sum of its three turns'")
+      assert.deepStrictEqual(group.conversations, { runs: 1, turns: { median: 3, p90: 3, max: 3 } })
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.isTrue(Stats.matches(log, { status: "AwaitingMessage", stopReason: "Completed(Answer)" }))
+      assert.isFalse(Stats.matches(log, { status: "Unfinished" }))
+      // A single-task run's group has no conversations: its statistics are what they were.
+      const single = yield* store.readLog(Ids.runId("single"))
+      assert.isUndefined(Stats.compute([single])[0]!.conversations)
+      // Killed inside turn 3: unfinished, left out of Stats.
+      const reached = yield* Deferred.make<void>()
+      const sink = EventSink.layer((e) => (e._tag === "StepCompleted" && e.step === 9 ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void))
+      const fiber = yield* Effect.fork(sendWith(store, model, "chat", "m3", "And order 99?", agent, sink))
+      yield* Deferred.await(reached)
+      yield* Fiber.interrupt(fiber)
+      const running = (yield* store.listRuns()).find((s) => s.runId === "chat")!
+      assert.strictEqual(running.status, "Unfinished")
+      assert.deepStrictEqual([running.conversation?.turns, running.conversation?.messages], [3, 4])
+      assert.strictEqual((yield* Stats.fromStore().pipe(Effect.provideService(RunLogStore.RunLogStore, store)))[0]!.runs, 1)
+    }))
+})
+
 describe("Replay of a conversation", () => {
   it.effect("replays message by message as identical; a changed prompt diverges at its step", () =>
     Effect.gen(function*() {
@@ -369,5 +513,48 @@ describe("a message while a turn runs in this process", () => {
       const withM2 = requests.filter((r) => userTexts(r).includes(conversation[2]!))
       assert.isTrue(withM2.every((r) => lastUser(r.messages) === conversation[2]))
       assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    }))
+})
+
+describe("a message while another process holds the conversation's claim", () => {
+  it.effect("is RunBusy at once, nothing appended; with whileBusy it waits under the schedule (the Clock's time) and is answered once the claim is free", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(desk())
+      const agent = agentWith()
+      yield* sendWith(store, model, "chat", "m0", conversation[0]!, agent)
+      const size = RunLog.size(yield* store.readLog(Ids.runId("chat")))
+      // Another owner (another process, as the store sees it) holds the claim until released.
+      const claimed = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const owner = yield* Effect.fork(Effect.scoped(Effect.zipRight(
+        Effect.zipRight(store.claim(Ids.runId("chat")), Deferred.succeed(claimed, undefined)),
+        Deferred.await(release)
+      )))
+      yield* Deferred.await(claimed)
+      const send = (whileBusy?: Schedule.Schedule<unknown, RunError>) =>
+        Agent.send({ runId: Ids.runId("chat"), messageId: "m1", text: conversation[1]!, agent, tools, ...(whileBusy === undefined ? {} : { whileBusy }) }).pipe(
+          Effect.provide(Layer.merge(services(store), model.layer))
+        )
+      assert.strictEqual((yield* Effect.flip(send()))._tag, "RunBusy")
+      // A schedule that ends while the claim is held: RunBusy, after its recurrences.
+      const bounded = yield* Effect.fork(Effect.flip(send(Schedule.addDelay(Schedule.recurs(2), () => "1 second"))))
+      yield* TestClock.adjust("3 seconds")
+      assert.strictEqual((yield* Fiber.join(bounded))._tag, "RunBusy")
+      assert.strictEqual(RunLog.size(yield* store.readLog(Ids.runId("chat"))), size, "nothing appended while busy")
+      const calls = yield* model.calls
+      // Waiting: polls every second while the claim is held, then answers by its own turn.
+      const waiting = yield* Effect.fork(send(Schedule.spaced("1 second")))
+      yield* TestClock.adjust("10 seconds")
+      assert.isNull(yield* Fiber.poll(waiting).pipe(Effect.map(Option.getOrNull)), "still waiting for the claim")
+      assert.strictEqual(yield* model.calls, calls)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(owner)
+      yield* TestClock.adjust("1 second")
+      const result = yield* Fiber.join(waiting)
+      assert.deepStrictEqual([result.turn, result.stopReason._tag === "Completed" ? result.stopReason.answer : ""], [1, `Answer to "${conversation[1]}"`])
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.deepStrictEqual(log.userMessages.map((m) => m.messageId), ["m1"], "written once")
+      assert.deepStrictEqual(log.turns.map((t) => t.turn), [0, 1])
     }))
 })

@@ -2,7 +2,8 @@
  * `@effect/ai`'s providers JSON-encode every tool result (`JSON.stringify(result)`), so a
  * polyloop observation — always text — reaches the model as `"\"sunny\""`. These helpers decode
  * such a string once in the outgoing request body (design 0140): the Responses API's
- * `function_call_output.output` and the Messages API's `tool_result.content`.
+ * `function_call_output.output` and the Messages API's `tool_result.content`. A past assistant
+ * text goes to the Responses API as an `EasyInputMessage` (design 0300, decision 7).
  *
  * @internal
  */
@@ -21,14 +22,35 @@ const decodeJsonBody = Schema.decodeUnknownOption(Schema.parseJson())
 const unwrap = (value: unknown): unknown =>
   typeof value === "string" ? Option.getOrElse(decodeJsonString(value), () => value) : value
 
-/** Responses API: each `function_call_output`'s `output`. @internal */
+/**
+ * A past assistant message of text only (`output_text` parts with nothing but their text, as
+ * `@effect/ai-openai` sends it): its text, to be sent as an `EasyInputMessage`'s `content`
+ * (design 0300, decision 7: the shape `openai`'s request types accept); undefined otherwise.
+ */
+const assistantText = (item: Readonly<Record<string, unknown>>): string | undefined => {
+  if (item.role !== "assistant" || item.type !== undefined || !Array.isArray(item.content)) return undefined
+  let text = ""
+  for (const part of item.content as ReadonlyArray<unknown>) {
+    if (!isRecord(part) || part.type !== "output_text" || typeof part.text !== "string" || Object.keys(part).length !== 2) return undefined
+    text += part.text
+  }
+  return text
+}
+
+/**
+ * Responses API: each `function_call_output`'s `output`, and each past assistant message of text
+ * only as an `EasyInputMessage` (`content` its text). @internal
+ */
 export const unwrapResponsesBody = (body: unknown): unknown => {
   if (!isRecord(body) || !Array.isArray(body.input)) return body
   return {
     ...body,
-    input: body.input.map((item: unknown) =>
-      isRecord(item) && item.type === "function_call_output" ? { ...item, output: unwrap(item.output) } : item
-    )
+    input: body.input.map((item: unknown) => {
+      if (!isRecord(item)) return item
+      if (item.type === "function_call_output") return { ...item, output: unwrap(item.output) }
+      const text = assistantText(item)
+      return text === undefined ? item : { ...item, content: text }
+    })
   }
 }
 

@@ -145,7 +145,8 @@ const makeSync = (
       const where = query.status === undefined ? sql`` : sql.literal(`WHERE ${Approvals.statusFilter("r", query.status)}`)
       const limit = query.limit === undefined ? sql`` : sql`LIMIT ${Math.max(0, Math.floor(query.limit))}`
       const status = sql.literal(Approvals.statusColumn("r"))
-      const [text, params] = sql`SELECT ${sql.literal(selectedColumns)}, ${status} AS status FROM polyloop_runs r ${where} ORDER BY r.started_at DESC, r.run_id ASC ${limit}`
+      const conversation = sql.literal(Approvals.conversationColumns("r", sql.onDialectOrElse({ pg: () => "pg" as const, orElse: () => "sqlite" as const })))
+      const [text, params] = sql`SELECT ${sql.literal(selectedColumns)}, ${conversation}, ${status} AS status FROM polyloop_runs r ${where} ORDER BY r.started_at DESC, r.run_id ASC ${limit}`
         .compile()
       const rows = yield* connect((conn) => conn.execute(text, params, undefined)).pipe(Effect.mapError(failWith("listing runs")))
       return yield* decodeSummaries(rows, path)

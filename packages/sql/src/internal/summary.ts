@@ -143,7 +143,11 @@ const SummaryRow = Schema.Struct({
   fin_effective_steps: Schema.NullOr(Numeric),
   fin_input_tokens: Schema.NullOr(Numeric),
   fin_output_tokens: Schema.NullOr(Numeric),
-  fin_resumed: Schema.NullOr(Numeric)
+  fin_resumed: Schema.NullOr(Numeric),
+  // Computed when listing (design 0300, `approvals.ts`): null but for an unfinished conversation.
+  conv_turns: Schema.NullOr(Numeric),
+  conv_messages: Schema.NullOr(Numeric),
+  conv_last: Schema.NullOr(Schema.parseJson(StopReason))
 })
 
 /** The columns `decodeSummaries` reads, for a `SELECT` from `polyloop_runs` aliased `r` (the status apart). */
@@ -167,6 +171,9 @@ const toSummary = (row: Row): RunLogStore.RunSummary => ({
   startedAt: row.started_at,
   finishedAt: Option.fromNullable(row.finished_at),
   elapsed: row.elapsed,
+  ...(row.conv_turns === null ? {} : {
+    conversation: { turns: row.conv_turns, messages: (row.conv_messages ?? 0) + 1, lastStopReason: row.conv_last }
+  }),
   ...(row.snapshot_hash === null ? {} : {
     snapshotHash: row.snapshot_hash,
     model: row.model,
@@ -212,18 +219,18 @@ const decodeFast = (rows: ReadonlyArray<unknown>): Array<RunLogStore.RunSummary>
   for (let i = 0; i < rows.length; i++) {
     const r = rows[i] as Record<string, unknown> | null
     if (typeof r !== "object" || r === null) return undefined
-    let stopReason: StopReason | null = null
-    if (r["stop_reason"] !== null) {
-      const text = r["stop_reason"]
+    const reasonOf = (text: unknown): StopReason | null | undefined => {
+      if (text === null || text === undefined) return text === null ? null : undefined
       if (typeof text !== "string") return undefined
       const known = reasons.get(text)
-      if (known === undefined) {
-        const decoded = decodeStopReason(text)
-        if (decoded._tag === "Left") return undefined
-        reasons.set(text, decoded.right)
-        stopReason = decoded.right
-      } else stopReason = known
+      if (known !== undefined) return known
+      const decoded = decodeStopReason(text)
+      if (decoded._tag === "Left") return undefined
+      reasons.set(text, decoded.right)
+      return decoded.right
     }
+    const stopReason = reasonOf(r["stop_reason"])
+    const convLast = reasonOf(r["conv_last"])
     const row = {
       run_id: r["run_id"],
       agent: r["agent"],
@@ -245,7 +252,10 @@ const decodeFast = (rows: ReadonlyArray<unknown>): Array<RunLogStore.RunSummary>
       fin_effective_steps: nullableNumeric(r["fin_effective_steps"]),
       fin_input_tokens: nullableNumeric(r["fin_input_tokens"]),
       fin_output_tokens: nullableNumeric(r["fin_output_tokens"]),
-      fin_resumed: nullableNumeric(r["fin_resumed"])
+      fin_resumed: nullableNumeric(r["fin_resumed"]),
+      conv_turns: nullableNumeric(r["conv_turns"]),
+      conv_messages: nullableNumeric(r["conv_messages"]),
+      conv_last: convLast
     }
     if (typeof row.run_id !== "string" || typeof row.agent !== "string" || !statuses.has(row.status)) return undefined
     for (const value of Object.values(row)) if (value === undefined) return undefined

@@ -35,9 +35,20 @@ export const RunsQuery = Schema.Struct({
 /** @internal */
 export type RunsQuery = typeof RunsQuery.Type
 
-/** The label of a stop reason, as the command prints it: `Completed(Tool)`, `EnvError`, … */
-export const stopReasonLabel = (summary: RunLogStore.RunSummary): string | null =>
-  Option.getOrNull(Option.map(summary.stopReason, StopReason.format))
+/**
+ * The stop reason a run is listed with: its `RunFinished`'s, or a conversation's last finished
+ * turn's (design 0300); none for a run that has not ended (a turn).
+ */
+export const listedStopReason = (summary: RunLogStore.RunSummary): StopReason.StopReason | undefined =>
+  Option.getOrUndefined(summary.stopReason) ?? summary.conversation?.lastStopReason ?? undefined
+
+/** The label of a stop reason, as the command prints it: `Completed(Tool)`, `EnvError`, …; a conversation's as `turn 2: Completed(Answer)`. */
+export const stopReasonLabel = (summary: RunLogStore.RunSummary): string | null => {
+  if (Option.isSome(summary.stopReason)) return StopReason.format(summary.stopReason.value)
+  const conversation = summary.conversation
+  if (conversation === undefined || conversation.lastStopReason === null) return null
+  return `turn ${conversation.turns - 1}: ${StopReason.format(conversation.lastStopReason)}`
+}
 
 const present = (value: string | undefined): value is string => value !== undefined && value !== ""
 
@@ -46,7 +57,7 @@ export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary): bool
   if (present(query.status) && summary.status !== query.status) return false
   if (present(query.agent) && summary.agent !== query.agent) return false
   if (present(query.stopReason)) {
-    const reason = Option.getOrUndefined(summary.stopReason)
+    const reason = listedStopReason(summary)
     if (reason === undefined) return false
     if (reason._tag !== query.stopReason && StopReason.format(reason) !== query.stopReason) return false
   }
@@ -93,7 +104,7 @@ export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary
   const pages = Math.max(1, Math.ceil(filtered.length / pageSize))
   const current = Math.min(query.page ?? 1, pages)
   const runs = filtered.slice((current - 1) * pageSize, current * pageSize)
-  const reasons = all.flatMap((summary) => Option.toArray(summary.stopReason))
+  const reasons = all.flatMap((summary) => { const reason = listedStopReason(summary); return reason === undefined ? [] : [reason] })
   return {
     runs: runs.map((summary) => ({
       ...encodeSummary(summary),
@@ -119,5 +130,5 @@ export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary
  */
 export const changeToken = (all: ReadonlyArray<RunLogStore.RunSummary>): string =>
   sha256(all
-    .map((summary) => `${summary.runId}\u0000${summary.status}\u0000${summary.steps}\u0000${summary.tokens}\u0000${Option.isSome(summary.finishedAt) ? 1 : 0}`)
+    .map((summary) => `${summary.runId}\u0000${summary.status}\u0000${summary.steps}\u0000${summary.tokens}\u0000${Option.isSome(summary.finishedAt) ? 1 : 0}\u0000${summary.conversation?.turns ?? ""}`)
     .join("\u0001")).slice(0, 16)

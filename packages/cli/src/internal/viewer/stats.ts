@@ -10,7 +10,8 @@
  * model) and its `RunFinished`, with no log read. `Stats.compute` runs over those logs, which is
  * all it reads, so the figures are those of the command. A summary without the details (a store
  * that does not keep them) is read from its log once, into the server's index of finished runs
- * (design 0342, decision 3): a finished run never changes.
+ * (design 0342, decision 3): a finished run never changes. A conversation awaiting a message
+ * (design 0300) counts as in the command: its log is read on each request (it changes).
  *
  * @internal
  */
@@ -72,6 +73,37 @@ const entryOf = (log: RunLog.RunLog): Entry | undefined => {
     inputTokens: finished.counters.usage.inputTokens,
     outputTokens: finished.counters.usage.outputTokens,
     stopReason: StopReason.format(finished.stopReason)
+  }
+}
+
+/**
+ * The entry of a conversation awaiting a message (design 0300), as `Stats` counts it: its log as
+ * it is (its turns are what `Stats.compute` reads), its numbers the sums of its turns' counters,
+ * its stop reason its last turn's. Read from the log on every request: a conversation changes.
+ */
+const entryOfConversation = (log: RunLog.RunLog): Entry | undefined => {
+  if (Option.isNone(log.started) || !RunLog.awaitsMessage(log)) return undefined
+  const started = log.started.value
+  let steps = 0
+  let inputTokens = 0
+  let outputTokens = 0
+  for (const turn of log.turns) {
+    steps += turn.counters.steps
+    inputTokens += turn.counters.usage.inputTokens
+    outputTokens += turn.counters.usage.outputTokens
+  }
+  return {
+    runId: started.runId,
+    log,
+    agent: Stats.agentOf(log),
+    snapshotHash: started.snapshotHash,
+    model: RunLogStore.modelOf(started.snapshot),
+    startedAt: started.startedAt,
+    steps,
+    tokens: inputTokens + outputTokens,
+    inputTokens,
+    outputTokens,
+    stopReason: StopReason.format(log.turns[log.turns.length - 1]!.stopReason)
   }
 }
 
@@ -191,6 +223,11 @@ export const make = (): Effect.Effect<Index> =>
         if (entry === undefined) continue
         if (summary.snapshotHash === undefined) read.set(entry.runId, entry)
         entries.push(entry)
+      }
+      // Conversations awaiting a message count as `polyloop stats` counts them (design 0300).
+      for (const summary of yield* store.listRuns({ status: "AwaitingMessage" })) {
+        const entry = entryOfConversation(yield* store.readLog(summary.runId as RunId))
+        if (entry !== undefined) entries.push(entry)
       }
       return entries
     }))
