@@ -30,6 +30,8 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { clusterTimings, maxConcurrentRuns, shardsPerGroup } from "./lib/cluster-settings.js"
+import * as CostModel from "./lib/costModel.js"
+import * as Cpu from "./lib/cpu.js"
 import * as F from "./lib/fixtures.js"
 import { now, option, round } from "./lib/measure.js"
 import { withSqlite } from "./lib/store.js"
@@ -47,7 +49,34 @@ interface Figure {
   readonly runsPerSecond: number
   /** How long submitting every run took (cluster figures). */
   readonly submitSeconds?: number
+  /** CPU milliseconds per step: this process (the client, or the store's process), the runner processes, the PostgreSQL server. */
+  readonly cpuMsPerStep?: { readonly client: number; readonly runners: number; readonly postgres: number | null }
+  /** The CPUs each part was pinned to (`--pin`). */
+  readonly pinned?: string
 }
+
+/** Where the PostgreSQL server's processes are (for their CPU time), when this bench started it. */
+let postmaster: number | undefined
+
+/** What a figure's processes used, from `start()` to the returned `stop()`. */
+const cpuMeter = (runnerPids: ReadonlyArray<number>) => {
+  const client0 = process.cpuUsage()
+  const runners0 = runnerPids.reduce((sum, pid) => sum + Cpu.treeCpuMs(pid), 0)
+  const pg0 = postmaster === undefined ? 0 : Cpu.treeCpuMs(postmaster)
+  return (steps: number) => {
+    const client = process.cpuUsage(client0)
+    const runners = runnerPids.reduce((sum, pid) => sum + Cpu.treeCpuMs(pid), 0) - runners0
+    const pg = postmaster === undefined ? null : Cpu.treeCpuMs(postmaster) - pg0
+    return {
+      client: round((client.user + client.system) / 1000 / steps, 3),
+      runners: round(runners / steps, 3),
+      postgres: pg === null ? null : round(pg / steps, 3)
+    }
+  }
+}
+
+/** `--pin`: the client and runners on CPU 0, PostgreSQL on CPU 1. */
+const PIN = process.argv.includes("--pin")
 
 /** The SQLite store in this process: `RUNS` runs, `concurrency` at a time. */
 const sqliteFigure = async (concurrency: number): Promise<Figure> => {
@@ -115,13 +144,21 @@ const pgFigure = (serverUrl: string, concurrency: number): Effect.Effect<Figure,
       Effect.map((context) => Context.get(context, RunLogStore.RunLogStore))
     )
     const model = F.model(F.replies(STEPS))
+    const meter = cpuMeter([])
     const start = now()
     yield* Effect.forEach(Array.from({ length: RUNS }, (_, i) => `run-${i}`), (id) => F.runOn(store, model, F.request(id, STEPS)), {
       concurrency,
       discard: true
     })
     const seconds = (now() - start) / 1000
-    return { setup: `PostgreSQL store, one process, no cluster, ${concurrency} runs at once`, runs: RUNS, seconds: round(seconds, 2), runsPerSecond: round(RUNS / seconds) }
+    return {
+      setup: `PostgreSQL store, one process, no cluster, ${concurrency} runs at once`,
+      runs: RUNS,
+      seconds: round(seconds, 2),
+      runsPerSecond: round(RUNS / seconds),
+      cpuMsPerStep: meter(RUNS * STEPS),
+      ...(PIN ? { pinned: "store process CPU 0, PostgreSQL CPU 1" } : {})
+    }
   }))
 
 /** `RUNS` runs through a cluster of `runners` runner processes on a fresh database. */
@@ -142,6 +179,8 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
         })
       ))
     yield* Effect.promise(() => Promise.all(procs.map((p) => p.ready)))
+    if (PIN) for (const p of procs) if (p.child.pid !== undefined) Cpu.pinTree(p.child.pid, "0")
+    const runnerPids = procs.flatMap((p) => (p.child.pid === undefined ? [] : [p.child.pid]))
     return yield* Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       // The shards settled: every shard's advisory lock held, by every runner.
@@ -151,6 +190,7 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
         Effect.retry(Schedule.spaced(Duration.millis(200))),
         Effect.timeout(Duration.minutes(2))
       )
+      const meter = cpuMeter(runnerPids)
       const start = now()
       yield* Effect.forEach(Array.from({ length: RUNS }, (_, i) => `run-${i}`), (id) => Cluster.submit(id, {}), { concurrency: 16, discard: true })
       const submitted = (now() - start) / 1000
@@ -165,7 +205,9 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
         runs: RUNS,
         seconds: round(seconds, 2),
         runsPerSecond: round(RUNS / seconds),
-        submitSeconds: round(submitted, 2)
+        submitSeconds: round(submitted, 2),
+        cpuMsPerStep: meter(RUNS * STEPS),
+        ...(PIN ? { pinned: `runner${runners === 1 ? "" : "s"} and client CPU 0, PostgreSQL CPU 1` } : {})
       } satisfies Figure
     }).pipe(
       Effect.provide(
@@ -177,7 +219,7 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
   }))
 
 interface PgServerModule {
-  readonly start: (options?: { readonly database?: string }) => Promise<{ readonly url: string; readonly stop: () => void }>
+  readonly start: (options?: { readonly database?: string }) => Promise<{ readonly url: string; readonly dataDir: string; readonly stop: () => void }>
 }
 
 const main = async () => {
@@ -188,39 +230,80 @@ const main = async () => {
     const server = await PgServer.start({ database: "bench" })
     serverUrl = server.url
     stop = server.stop
+    postmaster = Cpu.postmasterPid(server.dataDir)
+    if (PIN) {
+      Cpu.pinTree(postmaster, "1")
+      Cpu.pinTree(process.pid, "0")
+    }
   }
   try {
     const figures: Array<Figure> = []
-    log(`SQLite, ${RUNS} runs of ${STEPS} steps`)
-    await sqliteFigure(16) // warm-up
-    figures.push(await sqliteFigure(maxConcurrentRuns))
-    figures.push(await sqliteFigure(maxConcurrentRuns * 3))
+    if (!PIN) {
+      log(`SQLite, ${RUNS} runs of ${STEPS} steps`)
+      await sqliteFigure(16) // warm-up
+      figures.push(await sqliteFigure(maxConcurrentRuns))
+      figures.push(await sqliteFigure(maxConcurrentRuns * 3))
+    }
     log("PostgreSQL store in one process")
+    await Effect.runPromise(pgFigure(serverUrl, maxConcurrentRuns)) // warm-up
     figures.push(await Effect.runPromise(pgFigure(serverUrl, maxConcurrentRuns)))
-    for (const runners of [1, 3]) {
+    for (const runners of PIN ? [1, 2] : [1, 3]) {
       log(`cluster with ${runners} runner(s)`)
       figures.push(await Effect.runPromise(clusterFigure(serverUrl, runners)))
     }
     const load = os.loadavg().map((l) => l.toFixed(1)).join(" / ")
     const machine = `${os.cpus()[0]?.model ?? "unknown"}, ${os.availableParallelism()} cores, Node ${process.version}, load average at the end ${load} (1/5/15 min)`
-    const result = { date: new Date().toISOString(), machine, runs: RUNS, steps: STEPS, figures }
-    fs.writeFileSync(path.join(benchDir, "results.cluster.json"), JSON.stringify(result, null, 2) + "\n")
-    const table = [
-      "| setup | runs | seconds | runs/s | of which submitting (s) |",
-      "|---|---:|---:|---:|---:|",
-      ...figures.map((f) => `| ${f.setup} | ${f.runs} | ${f.seconds} | ${f.runsPerSecond} | ${f.submitSeconds ?? "—"} |`)
-    ].join("\n")
-    fs.writeFileSync(
-      path.join(benchDir, "CLUSTER.md"),
-      `# Runs per second through the cluster (design 0200)\n\n` +
-        `\`npm run bench:cluster\` — ${RUNS} runs of ${STEPS} steps each (the no-op tool, precomputed replies), ` +
-        `${result.date}, ${machine}. A cluster figure is timed from the first \`submit\` to the last \`Finished\` row ` +
-        `(runners already up, shards settled); runners, client and PostgreSQL share this machine.\n\n${table}\n`
-    )
+    const result = { date: new Date().toISOString(), machine, runs: RUNS, steps: STEPS, pinned: PIN, figures }
+    const table = renderTable(figures)
+    // The pinned run is the cost model's check: its own file; CLUSTER.md is rewritten from both.
+    fs.writeFileSync(path.join(benchDir, PIN ? "results.cluster.pinned.json" : "results.cluster.json"), JSON.stringify(result, null, 2) + "\n")
+    writeClusterMd()
     process.stdout.write(`${table}\n`)
   } finally {
     stop()
   }
+}
+
+/** The figures as a Markdown table (setup, throughput, CPU per step by part). */
+const renderTable = (figures: ReadonlyArray<Figure>): string => {
+  const cpu = (f: Figure, key: "client" | "runners" | "postgres") => {
+    const v = f.cpuMsPerStep?.[key]
+    return v === undefined || v === null ? "—" : v.toFixed(2)
+  }
+  return [
+    "| setup | runs | seconds | runs/s | of which submitting (s) | CPU ms/step: client | runners | PostgreSQL |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ...figures.map((f) =>
+      `| ${f.setup}${f.pinned === undefined ? "" : ` (${f.pinned})`} | ${f.runs} | ${f.seconds} | ${f.runsPerSecond} | ${f.submitSeconds ?? "—"} | ${cpu(f, "client")} | ${cpu(f, "runners")} | ${cpu(f, "postgres")} |`
+    )
+  ].join("\n")
+}
+
+const readJson = (file: string): unknown => (fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : undefined)
+
+/** `bench/CLUSTER.md` from `results.cluster.json`, the cost model, and the pinned check if measured. */
+const writeClusterMd = () => {
+  const result = readJson(path.join(benchDir, "results.cluster.json")) as
+    | { readonly date: string; readonly machine: string; readonly runs: number; readonly steps: number; readonly figures: ReadonlyArray<Figure> }
+    | undefined
+  if (result === undefined) return
+  const pinned = readJson(path.join(benchDir, "results.cluster.pinned.json")) as { readonly steps: number; readonly figures: ReadonlyArray<Figure> } | undefined
+  const { figures, machine, runs: RUNS_, steps: STEPS_ } = result
+  const table = renderTable(figures)
+  const store = figures.find((f) => f.setup.startsWith("PostgreSQL store"))
+  const one = figures.find((f) => f.setup.startsWith("cluster, 1 runner process "))
+  const overhead = store !== undefined && one !== undefined ? `\n\nA run through the cluster (1 runner) costs **${(store.runsPerSecond / one.runsPerSecond).toFixed(2)}×** a run of the PostgreSQL store alone in one process (runs/s of the two figures).` : ""
+  const notes = path.join(benchDir, "CLUSTER-NOTES.md")
+  fs.writeFileSync(
+    path.join(benchDir, "CLUSTER.md"),
+    `# Runs per second through the cluster (design 0200)\n\n` +
+      `\`npm run bench:cluster\` — ${RUNS_} runs of ${STEPS_} steps each (the no-op tool, precomputed replies), ` +
+      `${result.date}, ${machine}. A cluster figure is timed from the first \`submit\` to the last \`Finished\` row ` +
+      `(runners already up, shards settled); runners, client and PostgreSQL share this machine. CPU per step is read from \`/proc\` ` +
+      `(this process, the runner processes, the PostgreSQL server's processes).\n\n${table}${overhead}\n\n` +
+      `${CostModel.render(result, pinned)}\n` +
+      (fs.existsSync(notes) ? `\n${fs.readFileSync(notes, "utf8")}` : "")
+  )
 }
 
 void main().catch((error) => {
