@@ -99,9 +99,11 @@ export const make = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettin
     hash: (messages) => {
       // A shorter array than already fed is not an extension (a caller's own array): start over.
       if (messages.length < fed) return ofRequest({ messages, tools, settings })
-      for (; fed < messages.length; fed++) {
-        const text = canonicalMessage(messages[fed]!)
-        running.update(fed === 0 ? text : `,${text}`, "utf8")
+      // The new messages in one update (a step adds two): one native call, not one a message.
+      if (fed < messages.length) {
+        let text = ""
+        for (; fed < messages.length; fed++) text += fed === 0 ? canonicalMessage(messages[fed]!) : `,${canonicalMessage(messages[fed]!)}`
+        running.update(text, "utf8")
       }
       return running.copy().update(suffix, "utf8").digest("hex")
     }

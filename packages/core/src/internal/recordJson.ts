@@ -98,20 +98,30 @@ const acceptsUndefined = (ast: AST.AST): boolean =>
   ast._tag === "UndefinedKeyword" || ast._tag === "UnknownKeyword" ||
   (ast._tag === "Union" && ast.types.some((member) => member._tag === "UndefinedKeyword"))
 
+/** The writer of one property signature: its value's writer is `write` (by default, its type's). */
+const propertyOf = (ps: AST.PropertySignature, write: Writer = compile(ps.type)): Property | undefined =>
+  typeof ps.name !== "string" ? undefined : {
+    key: `${JSON.stringify(ps.name)}:`,
+    name: ps.name,
+    optional: ps.isOptional,
+    // An unknown field holding `undefined` is left to the slow path (Schema and the decode check decide).
+    acceptsUndefined: ps.type._tag !== "UnknownKeyword" && acceptsUndefined(ps.type),
+    write
+  }
+
 const compileTypeLiteral = (ast: AST.TypeLiteral): Writer => {
   if (ast.indexSignatures.length > 0) return never
   const properties: Array<Property> = []
   for (const ps of ast.propertySignatures) {
-    if (typeof ps.name !== "string") return never
-    properties.push({
-      key: `${JSON.stringify(ps.name)}:`,
-      name: ps.name,
-      optional: ps.isOptional,
-      // An unknown field holding `undefined` is left to the slow path (Schema and the decode check decide).
-      acceptsUndefined: ps.type._tag !== "UnknownKeyword" && acceptsUndefined(ps.type),
-      write: compile(ps.type)
-    })
+    const property = propertyOf(ps)
+    if (property === undefined) return never
+    properties.push(property)
   }
+  return writeProperties(properties)
+}
+
+/** The writer of a struct whose properties are written by `properties`, in their order. */
+const writeProperties = (properties: ReadonlyArray<Property>): Writer => {
   const count = properties.length
   return (value) => {
     if (typeof value !== "object" || value === null || Array.isArray(value) || !isPlainObject(value)) return null
@@ -159,9 +169,44 @@ export const encodesAsItself: unique symbol = Symbol.for("@polyloop/core/interna
  */
 const compileTransformation = (ast: AST.Transformation): Writer => {
   if (ast.annotations[encodesAsItself] !== true) return never
+  const merged = mergedStructs(ast.from, ast.to)
+  if (merged !== undefined) return merged
   const to = compile(ast.to)
   const from = compile(ast.from)
   return (value) => (to(value) === null ? null : from(value))
+}
+
+/**
+ * Both sides of a transformation that are structs of the same properties, in the same order and
+ * optionality (`ModelReply`: its two sides share every field's schema but one): one pass, each
+ * property written once when both sides give it the same schema, else checked by the type side
+ * and written by the encoded side — what writing the whole value by both sides does, without
+ * walking the shared fields twice (issue 35).
+ */
+const mergedStructs = (from: AST.AST, to: AST.AST): Writer | undefined => {
+  if (from._tag !== "TypeLiteral" || to._tag !== "TypeLiteral") return undefined
+  if (from.indexSignatures.length > 0 || to.indexSignatures.length > 0) return undefined
+  const fromProps = from.propertySignatures
+  const toProps = to.propertySignatures
+  if (fromProps.length !== toProps.length) return undefined
+  const properties: Array<Property> = []
+  for (let i = 0; i < fromProps.length; i++) {
+    const f = fromProps[i]!
+    const t = toProps[i]!
+    if (f.name !== t.name || f.isOptional !== t.isOptional) return undefined
+    let write: Writer
+    if (f.type === t.type) write = compile(f.type)
+    else {
+      const check = compile(t.type)
+      const text = compile(f.type)
+      write = (value) => (check(value) === null ? null : text(value))
+    }
+    // `undefined` is accepted only where both sides accept it.
+    const property = propertyOf(f, write)
+    if (property === undefined) return undefined
+    properties.push(acceptsUndefined(t.type) ? property : { ...property, acceptsUndefined: false })
+  }
+  return writeProperties(properties)
 }
 
 /** The literal `_tag` of a union member, if it is a tagged struct. */
