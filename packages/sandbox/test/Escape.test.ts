@@ -179,7 +179,7 @@ describe.sequential("the escape suite", () => {
 
   it("looping forever: killed at the CPU or wall-time limit, in Python and in JavaScript", async () => {
     await contained("while True:\n    pass", (o) => assert.match(o.observation, /killed: CPU time limit of 3 s exceeded|killed after 10 s/))
-    await contained("while (true) {}", (o) => assert.include(o.observation, "killed after 10 s (wall-time limit)"), "javascript")
+    await contained("while (true) {}", (o) => assert.match(o.observation, /killed: CPU time limit of 3 s exceeded|killed after 10 s/), "javascript")
   })
 
   it("planting links and FIFOs for the host: a link to a host file in the state directory, then a kill; a FIFO in the workspace", async () => {

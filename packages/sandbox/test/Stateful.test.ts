@@ -209,7 +209,8 @@ describe.sequential("stateful code actions", () => {
 
   it.live("JavaScript: globals persist across steps and come back after a restart; functions are named as not restored", () =>
     Effect.gen(function*() {
-      const layer = Sandbox.layer(testOptions).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      // A CPU allowance above the wall time: this loop is stopped by the wall-time limit.
+      const layer = Sandbox.layer({ ...testOptions, cpuTime: "60 seconds" }).pipe(Layer.provideMerge(RunLogStore.layerMemory))
       yield* Effect.gen(function*() {
         const first = yield* run("js-state", 0, "var counts = new Map([['a', 1]]); globalThis.total = 41; function twice(x) { return 2 * x }", "javascript")
         assert.strictEqual(first.status, "Executed")
@@ -221,6 +222,33 @@ describe.sequential("stateful code actions", () => {
         const restored = yield* run("js-state", 3, "console.log(total, counts.get('a'), typeof twice)", "javascript")
         assert.include(restored.observation, "not restored: twice (function")
         assert.include(restored.observation, "41 1 undefined")
+      }).pipe(Effect.provide(layer))
+    }))
+
+  it.live("a busy loop over its CPU allowance (below the wall time) is killed at the CPU limit, in JavaScript and Python; the run goes on from the last snapshot", () =>
+    Effect.gen(function*() {
+      // The wall time is far above the CPU allowance: only the CPU limit can stop these loops.
+      const layer = Sandbox.layer({ ...testOptions, wallTime: "120 seconds", cpuTime: "1 second" }).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      yield* Effect.gen(function*() {
+        for (const [language, set, loop, read] of [
+          ["javascript", "var kept = 41", "while (true) {}", "console.log(kept + 1)"],
+          ["python", "kept = 41", "while True:\n    pass", "print(kept + 1)"]
+        ] as const) {
+          const id = `cpu-${language}`
+          assert.strictEqual((yield* run(id, 0, set, language)).status, "Executed")
+          // An action that spends CPU time under its allowance is not stopped: the allowance is per action.
+          const busy = language === "javascript"
+            ? "var until = Date.now() + 600; while (Date.now() < until) {} console.log('done')"
+            : "import time\nuntil = time.time() + 0.6\nwhile time.time() < until:\n    pass\nprint('done')"
+          assert.strictEqual((yield* run(id, 1, busy, language)).observation, "done")
+          assert.strictEqual((yield* run(id, 2, busy, language)).observation, "done")
+          const killed = yield* run(id, 3, loop, language)
+          assert.strictEqual(killed.status, "Executed")
+          assert.strictEqual(killed.observation, `killed: CPU time limit of 1 s exceeded; the interpreter was restarted with the variables saved after step 2`)
+          const next = yield* run(id, 4, read, language)
+          assert.strictEqual(next.status, "Executed")
+          assert.strictEqual(next.observation, "42", `${language}: ${next.observation}`)
+        }
       }).pipe(Effect.provide(layer))
     }))
 })

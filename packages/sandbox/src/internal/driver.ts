@@ -40,6 +40,8 @@ export interface Environment {
   readonly maxProcesses: number
   readonly maxFileBytes: number
   readonly maxOpenFiles: number
+  /** The kernel's clock ticks per second (`getconf CLK_TCK`), the unit of `/proc/<pid>/stat`'s CPU times. */
+  readonly clockTicks: number
 }
 
 /** The sandbox's view of the session's directories. */
@@ -238,6 +240,8 @@ export interface Live {
   /** The last lines on the reply channel that were not replies (bwrap's and the runtime's own messages). */
   readonly diagnostics: Array<string>
   readonly ready: Record<string, unknown>
+  /** The interpreter's pid on the host (the end of the process chain under `process`). */
+  readonly pid: number
   nextId: number
 }
 
@@ -334,7 +338,7 @@ export const start = (
       ),
       scope
     )
-    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, nextId: 1 }
+    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, nextId: 1 }
     const ready = yield* Effect.gen(function*() {
       while (true) {
         const line = yield* Queue.take(replies)
@@ -359,5 +363,89 @@ export const start = (
         : `exited before it was ready (${exit.code !== undefined ? `status ${exit.code}` : `signal ${exit.signal ?? "?"}`})`
       return yield* new SessionFailure({ reason: "Start", message: `the ${language} sandbox ${how}${said === "" ? "" : `: ${said}`}` })
     }
-    return { ...partial, ready: ready.value }
+    // Ready: the driver runs, nothing of the code yet; the chain under the started process ends at it.
+    const pid = endOfChain(started.pid)
+    const comm = statOf(pid)?.comm ?? ""
+    if (!comm.startsWith(language === "python" ? "python" : "node")) {
+      yield* kill(partial)
+      return yield* new SessionFailure({ reason: "Start", message: `the ${language} interpreter's process was not found under the sandbox (found ${comm === "" ? "nothing" : comm})` })
+    }
+    return { ...partial, ready: ready.value, pid }
+  })
+
+interface Stat {
+  readonly comm: string
+  readonly ppid: number
+  /** utime + stime, in clock ticks. */
+  readonly cpuTicks: number
+}
+
+/** `/proc/<pid>/stat`'s command, parent and CPU time (`proc(5)`); `undefined` when the process is gone. */
+const statOf = (pid: number): Stat | undefined => {
+  let text: string
+  try {
+    text = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+  } catch {
+    return undefined
+  }
+  // The command is in parentheses and may hold spaces or parentheses: the fields follow the last ")".
+  const close = text.lastIndexOf(")")
+  const fields = text.slice(close + 2).split(" ")
+  // After the command: state (3), ppid (4), … utime (14), stime (15).
+  return { comm: text.slice(text.indexOf("(") + 1, close), ppid: Number(fields[1]), cpuTicks: Number(fields[11]) + Number(fields[12]) }
+}
+
+/** The last process of the chain of only children under `pid` (bwrap → its pid 1 → the interpreter). */
+const endOfChain = (pid: number): number => {
+  const children = new Map<number, Array<number>>()
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue
+    const stat = statOf(Number(name))
+    if (stat === undefined) continue
+    const list = children.get(stat.ppid) ?? []
+    list.push(Number(name))
+    children.set(stat.ppid, list)
+  }
+  let at = pid
+  for (let depth = 0; depth < 8; depth++) {
+    const next = children.get(at)
+    if (next === undefined || next.length !== 1) break
+    at = next[0]!
+  }
+  return at
+}
+
+/** Whether the interpreter's process still exists. */
+export const alive = (live: Live): boolean => statOf(live.pid) !== undefined
+
+/**
+ * Sets the interpreter's `RLIMIT_CPU` soft limit (amendment 1): `allowance` seconds more than it
+ * has used, or unlimited. With util-linux `prlimit --pid`, as the sandbox's user when that is
+ * `nobody` (a root without `CAP_SYS_RESOURCE` may not set another user's limits). A process that
+ * is gone is not an error here (the action that follows finds it gone).
+ */
+export const limitCpu = (
+  env: Environment,
+  live: Live,
+  allowance: number | "unlimited"
+): Effect.Effect<void, SessionFailure, CommandExecutor.CommandExecutor> =>
+  Effect.gen(function*() {
+    const stat = statOf(live.pid)
+    if (stat === undefined) return
+    const soft = allowance === "unlimited" ? "unlimited" : String(Math.ceil(stat.cpuTicks / env.clockTicks + allowance))
+    const prlimit = [env.prlimit, "--pid", String(live.pid), `--cpu=${soft}:`]
+    const argv = env.isolation === "bubblewrap" && env.setpriv !== undefined && hostIsRoot()
+      ? [env.setpriv, `--reuid=${nobody.uid}`, `--regid=${nobody.gid}`, "--clear-groups", "--", ...prlimit]
+      : prlimit
+    const [head, ...rest] = argv
+    const result = yield* Command.make(head!, ...rest).pipe(
+      Command.env({ PATH: "/usr/bin:/bin", LANG: "C.UTF-8" }, { extendEnv: false }),
+      Command.stderr("pipe"),
+      (command) => Effect.scoped(Effect.flatMap(Command.start(command), (process) =>
+        Effect.all([process.exitCode, Stream.mkString(Stream.decodeText(process.stderr))], { concurrency: 2 }))),
+      Effect.mapError((error) => new SessionFailure({ reason: "Limit", message: `prlimit could not be run: ${error.message}` }))
+    )
+    if (result[0] !== 0 && statOf(live.pid) !== undefined) {
+      return yield* new SessionFailure({ reason: "Limit", message: `prlimit could not set the CPU limit (status ${result[0]}): ${result[1].trim()}` })
+    }
   })
