@@ -13,9 +13,10 @@
  * (`envReportedCompletion`). Interruption kills the interpreter's process tree and is not caught.
  *
  * What is saved: Python's global names (dill, else pickle; modules by name; open files never),
- * JavaScript's global object properties (`var`, function declarations are lost as functions,
- * `globalThis.x = …`; top-level `let`/`const` are not properties and are not saved). JavaScript
- * and Python have the same per-action CPU limit, set from the host with `prlimit --pid`. Linux only.
+ * JavaScript's global object properties (`var`, `globalThis.x = …`) and top-level `let`/`const`
+ * bindings (found with acorn, restored as `let`/`const`); functions and classes are listed as not
+ * saved. Both languages have a per-action CPU limit, set from the host with `prlimit --pid`.
+ * Linux only.
  *
  * @since 0.1.0
  */
@@ -43,6 +44,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Driver from "./internal/driver.js"
 import { SessionFailure } from "./internal/failure.js"
+import * as Lexical from "./internal/lexical.js"
 import * as Workspace from "./internal/workspace.js"
 
 /** The languages the sandbox runs. */
@@ -482,7 +484,9 @@ export const make = (
         const finished = yield* Deferred.make<void>()
         live.output.begin(boundary, finished)
         yield* Driver.limitCpu(env, live, cpuSeconds).pipe(Effect.provide(executor))
-        const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary })
+        // JavaScript's top-level let/const/class are lexical bindings: the driver is told their names to save them (amendment 2).
+        const lexical = language === "javascript" ? Lexical.topLevel(code) : []
+        const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical })
         const awaited = yield* Effect.timeoutOption(
           Effect.flatMap(Driver.awaitReply(live, id), (reply) =>
             reply === undefined ? Effect.succeed(reply) : Effect.as(Effect.timeoutOption(Deferred.await(finished), "5 seconds"), reply)),

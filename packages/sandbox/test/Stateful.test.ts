@@ -251,4 +251,28 @@ describe.sequential("stateful code actions", () => {
         }
       }).pipe(Effect.provide(layer))
     }))
+
+  it.live("JavaScript: top-level let and const (destructuring included) come back after a restart as let and const; classes, functions and names never initialized are named as lost", () =>
+    Effect.gen(function*() {
+      const store = RunLogStore.inMemory()
+      const id = "js-lexical"
+      // First life: the bindings are made; the executor (its interpreter and workspace) then goes away.
+      yield* Effect.gen(function*() {
+        const first = yield* run(id, 0, "let x = 1; const c = { a: [1, 2] }; let { p, q: [r] } = { p: 'P', q: ['R'] }; class K {}; const f = () => 1; console.log(x + c.a[1])", "javascript")
+        assert.strictEqual(first.observation, "3")
+        const second = yield* run(id, 1, "x = x + 1; let late = (() => { throw new Error('before late') })()", "javascript")
+        assert.include(second.observation, "Error: before late")
+      }).pipe(Effect.provide(Sandbox.layer(testOptions).pipe(Layer.provideMerge(store))))
+      // Second life: a new executor over the same store (another process's view) reads them.
+      yield* Effect.gen(function*() {
+        const read = yield* run(id, 2, "console.log(x, c.a[1], p, r, typeof K, typeof f)", "javascript")
+        assert.strictEqual(
+          read.observation,
+          "[the javascript interpreter was restarted with the variables saved after step 1; not restored: K (class: cannot be serialized), f (function: cannot be serialized), late (let: never initialized)]\n2 2 P R undefined undefined"
+        )
+        // Still lexical: a const stays constant, a let is assignable, neither is a global property.
+        const kinds = yield* run(id, 3, "x = x + 1; console.log(x, 'x' in globalThis, 'c' in globalThis); c = 5", "javascript")
+        assert.strictEqual(kinds.observation, "3 false false\nTypeError: Assignment to constant variable.\nat <step 3>:1:68")
+      }).pipe(Effect.provide(Sandbox.layer(testOptions).pipe(Layer.provideMerge(store))))
+    }))
 })
