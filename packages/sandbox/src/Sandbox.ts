@@ -286,7 +286,7 @@ export const make = (
       })
       const started = yield* Effect.either(Driver.start(env, probe.dirs, language, 100, startMillis).pipe(Effect.provide(executor)))
       // The per-action CPU limit must be settable on it (amendment 1).
-      const limited = started._tag === "Right" ? yield* Effect.either(Driver.limitCpu(env, started.right, cpuSeconds).pipe(Effect.provide(executor))) : undefined
+      const limited = started._tag === "Right" ? yield* Effect.either(Driver.limitCpu(env, started.right, cpuSeconds, "action").pipe(Effect.provide(executor))) : undefined
       if (started._tag === "Right") yield* Driver.kill(started.right)
       fs.rmSync(probe.dir, { recursive: true, force: true })
       if (limited !== undefined && limited._tag === "Left") {
@@ -483,7 +483,7 @@ export const make = (
         const boundary = `\u0000polyloop-end-${randomBytes(12).toString("hex")}\u0000`
         const finished = yield* Deferred.make<void>()
         live.output.begin(boundary, finished)
-        yield* Driver.limitCpu(env, live, cpuSeconds).pipe(Effect.provide(executor))
+        yield* Driver.limitCpu(env, live, cpuSeconds, "action").pipe(Effect.provide(executor))
         // JavaScript's top-level let/const/class are lexical bindings: the driver is told their names to save them (amendment 2).
         const lexical = language === "javascript" ? Lexical.topLevel(code) : []
         const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical })
@@ -534,9 +534,9 @@ export const make = (
             completed = true
           }
         }
-        // The snapshot's save is not the action's: no CPU limit for it.
+        // The snapshot's save is not the action's: it gets CPU time of its own.
         const still = session.live.get(language)
-        if (still !== undefined) yield* Driver.limitCpu(env, still, "unlimited").pipe(Effect.provide(executor))
+        if (still !== undefined) yield* Driver.limitCpu(env, still, cpuSeconds, "save").pipe(Effect.provide(executor))
         if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "BeforeSnapshot" })
         yield* snapshot(session, step, language)
         if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "AfterSnapshot" })

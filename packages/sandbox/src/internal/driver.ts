@@ -415,25 +415,42 @@ const endOfChain = (pid: number): number => {
   return at
 }
 
-/** Whether the interpreter's process still exists. */
-export const alive = (live: Live): boolean => statOf(live.pid) !== undefined
+/** The process's `RLIMIT_CPU` soft limit in seconds (`/proc/<pid>/limits`), `Infinity` when unlimited or unknown. */
+const cpuSoftOf = (pid: number): number => {
+  try {
+    const line = fs.readFileSync(`/proc/${pid}/limits`, "utf8").split("\n").find((l) => l.startsWith("Max cpu time"))
+    const soft = line?.slice("Max cpu time".length).trim().split(/\s+/)[0]
+    return soft === undefined || soft === "unlimited" ? Infinity : Number(soft)
+  } catch {
+    return Infinity
+  }
+}
 
 /**
- * Sets the interpreter's `RLIMIT_CPU` soft limit (amendment 1): `allowance` seconds more than it
- * has used, or unlimited. With util-linux `prlimit --pid`, as the sandbox's user when that is
- * `nobody` (a root without `CAP_SYS_RESOURCE` may not set another user's limits). A process that
- * is gone is not an error here (the action that follows finds it gone).
+ * Keeps the interpreter's `RLIMIT_CPU` soft limit at `allowance` seconds more than it has used
+ * (amendment 1), with util-linux `prlimit --pid` — as the sandbox's user when that is `nobody` (a
+ * root without `CAP_SYS_RESOURCE` may not set another user's limits). Before an action
+ * (`"action"`) the limit is set unless it already is what it must be (the limit counts whole
+ * seconds: an action that used a few milliseconds seldom moves it); after one (`"save"`, so the
+ * snapshot's save is not cut) it is raised again only when less than half an allowance is left.
+ * So a process is started only when the limit must move. The current limit is read from
+ * `/proc/<pid>/limits` (the code may have changed it). A process that is gone is not an error
+ * here (the action finds it gone).
  */
 export const limitCpu = (
   env: Environment,
   live: Live,
-  allowance: number | "unlimited"
+  allowance: number,
+  when: "action" | "save"
 ): Effect.Effect<void, SessionFailure, CommandExecutor.CommandExecutor> =>
   Effect.gen(function*() {
     const stat = statOf(live.pid)
     if (stat === undefined) return
-    const soft = allowance === "unlimited" ? "unlimited" : String(Math.ceil(stat.cpuTicks / env.clockTicks + allowance))
-    const prlimit = [env.prlimit, "--pid", String(live.pid), `--cpu=${soft}:`]
+    const used = stat.cpuTicks / env.clockTicks
+    const want = Math.ceil(used + allowance)
+    const soft = cpuSoftOf(live.pid)
+    if (when === "action" ? soft === want : soft - used >= allowance / 2) return
+    const prlimit = [env.prlimit, "--pid", String(live.pid), `--cpu=${want}:`]
     const argv = env.isolation === "bubblewrap" && env.setpriv !== undefined && hostIsRoot()
       ? [env.setpriv, `--reuid=${nobody.uid}`, `--regid=${nobody.gid}`, "--clear-groups", "--", ...prlimit]
       : prlimit
