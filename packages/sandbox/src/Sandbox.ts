@@ -482,8 +482,8 @@ export const make = (
         session.note = undefined
         const boundary = `\u0000polyloop-end-${randomBytes(12).toString("hex")}\u0000`
         const finished = yield* Deferred.make<void>()
-        live.output.begin(boundary, finished)
         yield* Driver.limitCpu(env, live, cpuSeconds, "action").pipe(Effect.provide(executor))
+        live.output.begin(boundary, finished)
         // JavaScript's top-level let/const/class are lexical bindings: the driver is told their names to save them (amendment 2).
         const lexical = language === "javascript" ? Lexical.topLevel(code) : []
         const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical })
