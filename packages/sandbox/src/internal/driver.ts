@@ -240,8 +240,9 @@ export interface Live {
   /** The last lines on the reply channel that were not replies (bwrap's and the runtime's own messages). */
   readonly diagnostics: Array<string>
   readonly ready: Record<string, unknown>
-  /** The interpreter's pid on the host (the end of the process chain under `process`). */
+  /** The interpreter's pid on the host (the end of the process chain under `process`) and its command name. */
   readonly pid: number
+  readonly comm: string
   nextId: number
 }
 
@@ -338,7 +339,7 @@ export const start = (
       ),
       scope
     )
-    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, nextId: 1 }
+    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, comm: "", nextId: 1 }
     const ready = yield* Effect.gen(function*() {
       while (true) {
         const line = yield* Queue.take(replies)
@@ -370,7 +371,7 @@ export const start = (
       yield* kill(partial)
       return yield* new SessionFailure({ reason: "Start", message: `the ${language} interpreter's process was not found under the sandbox (found ${comm === "" ? "nothing" : comm})` })
     }
-    return { ...partial, ready: ready.value, pid }
+    return { ...partial, ready: ready.value, pid, comm }
   })
 
 interface Stat {
@@ -445,7 +446,8 @@ export const limitCpu = (
 ): Effect.Effect<void, SessionFailure, CommandExecutor.CommandExecutor> =>
   Effect.gen(function*() {
     const stat = statOf(live.pid)
-    if (stat === undefined) return
+    // Gone (or its pid already another process's): the action finds the interpreter gone.
+    if (stat === undefined || stat.comm !== live.comm) return
     const used = stat.cpuTicks / env.clockTicks
     const want = Math.ceil(used + allowance)
     const soft = cpuSoftOf(live.pid)
