@@ -243,6 +243,8 @@ export interface Live {
   /** The interpreter's pid on the host (the end of the process chain under `process`) and its command name. */
   readonly pid: number
   readonly comm: string
+  /** The processes from the started one down to the interpreter (pid and start time), waited for by `kill`. */
+  readonly chain: ReadonlyArray<{ readonly pid: number; readonly start: string }>
   nextId: number
 }
 
@@ -299,6 +301,14 @@ export const kill = (live: Live): Effect.Effect<void> =>
   Effect.zipRight(
     Effect.ignore(Effect.timeout(live.process.kill("SIGKILL"), "5 seconds")),
     Scope.close(live.scope, Exit.void)
+  ).pipe(
+    // bwrap's pid 1 takes the namespace's processes with it as it exits, after the started process
+    // is gone: wait (a few seconds at most) until the chain down to the interpreter has exited, so
+    // that nothing of the sandbox still runs when this returns.
+    Effect.zipRight(Effect.ignore(Effect.timeout(
+      Effect.repeat(Effect.sleep("10 millis"), { until: () => live.chain.every((p) => !running(p.pid, p.start)) }),
+      "5 seconds"
+    )))
   )
 
 /**
@@ -339,7 +349,7 @@ export const start = (
       ),
       scope
     )
-    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, comm: "", nextId: 1 }
+    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, comm: "", chain: [], nextId: 1 }
     const ready = yield* Effect.gen(function*() {
       while (true) {
         const line = yield* Queue.take(replies)
@@ -365,13 +375,23 @@ export const start = (
       return yield* new SessionFailure({ reason: "Start", message: `the ${language} sandbox ${how}${said === "" ? "" : `: ${said}`}` })
     }
     // Ready: the driver runs, nothing of the code yet; the chain under the started process ends at it.
-    const pid = endOfChain(started.pid)
+    const chain = chainUnder(started.pid)
+    const pid = chain[chain.length - 1]!
     const comm = statOf(pid)?.comm ?? ""
     if (!comm.startsWith(language === "python" ? "python" : "node")) {
       yield* kill(partial)
       return yield* new SessionFailure({ reason: "Start", message: `the ${language} interpreter's process was not found under the sandbox (found ${comm === "" ? "nothing" : comm})` })
     }
-    return { ...partial, ready: ready.value, pid, comm }
+    return {
+      ...partial,
+      ready: ready.value,
+      pid,
+      comm,
+      chain: chain.flatMap((p) => {
+        const start = statOf(p)?.start
+        return start === undefined ? [] : [{ pid: p, start }]
+      })
+    }
   })
 
 interface Stat {
@@ -379,6 +399,10 @@ interface Stat {
   readonly ppid: number
   /** utime + stime, in clock ticks. */
   readonly cpuTicks: number
+  /** The state letter (`R`, `S`, `Z` for a zombie, …). */
+  readonly state: string
+  /** The start time after boot, in clock ticks (with the pid, names one process). */
+  readonly start: string
 }
 
 /** `/proc/<pid>/stat`'s command, parent and CPU time (`proc(5)`); `undefined` when the process is gone. */
@@ -392,12 +416,18 @@ const statOf = (pid: number): Stat | undefined => {
   // The command is in parentheses and may hold spaces or parentheses: the fields follow the last ")".
   const close = text.lastIndexOf(")")
   const fields = text.slice(close + 2).split(" ")
-  // After the command: state (3), ppid (4), … utime (14), stime (15).
-  return { comm: text.slice(text.indexOf("(") + 1, close), ppid: Number(fields[1]), cpuTicks: Number(fields[11]) + Number(fields[12]) }
+  // After the command: state (3), ppid (4), … utime (14), stime (15), … starttime (22).
+  return {
+    comm: text.slice(text.indexOf("(") + 1, close),
+    state: fields[0] ?? "",
+    ppid: Number(fields[1]),
+    cpuTicks: Number(fields[11]) + Number(fields[12]),
+    start: fields[19] ?? ""
+  }
 }
 
-/** The last process of the chain of only children under `pid` (bwrap → its pid 1 → the interpreter). */
-const endOfChain = (pid: number): number => {
+/** The chain of only children from `pid` down (bwrap → its pid 1 → the interpreter); `pid` alone in `isolation: "none"`. */
+const chainUnder = (pid: number): Array<number> => {
   const children = new Map<number, Array<number>>()
   for (const name of fs.readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue
@@ -407,13 +437,19 @@ const endOfChain = (pid: number): number => {
     list.push(Number(name))
     children.set(stat.ppid, list)
   }
-  let at = pid
+  const chain = [pid]
   for (let depth = 0; depth < 8; depth++) {
-    const next = children.get(at)
+    const next = children.get(chain[chain.length - 1]!)
     if (next === undefined || next.length !== 1) break
-    at = next[0]!
+    chain.push(next[0]!)
   }
-  return at
+  return chain
+}
+
+/** Whether the process `pid` started at `start` still runs (a zombie has exited). */
+const running = (pid: number, start: string): boolean => {
+  const stat = statOf(pid)
+  return stat !== undefined && stat.start === start && stat.state !== "Z" && stat.state !== "X"
 }
 
 /** The process's `RLIMIT_CPU` soft limit in seconds (`/proc/<pid>/limits`), `Infinity` when unlimited or unknown. */
