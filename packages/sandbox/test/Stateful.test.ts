@@ -3,12 +3,16 @@
  * step 1 is read in step 5; a run interrupted in one executor continues in a new one (another
  * process's view: the sessions are gone, only the store remains) with its variables and files;
  * `Agent.fork` at step k restores the workspace byte for byte and the variables by value as they
- * were after step k-1; names that cannot be saved are told to the model after a restore; and an
- * interrupted action's process tree is killed and its effects are not kept.
+ * were after step k-1; names that cannot be saved are told to the model after a restore; an
+ * interrupted action's process tree is killed and its effects are not kept; the per-action CPU
+ * limit stops a busy loop in both languages (and costs no process per trivial action); and
+ * JavaScript's top-level let/const are saved and restored as lexical bindings (snapshots of the
+ * previous shape still restore).
  */
 import { assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as Blobs from "@polyloop/core/Blobs"
 import * as CodeBlockParser from "@polyloop/core/CodeBlockParser"
 import * as EventSink from "@polyloop/core/EventSink"
 import { runId } from "@polyloop/core/Ids"
@@ -27,6 +31,7 @@ import * as Layer from "effect/Layer"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import * as v8 from "node:v8"
 import { ensureTools, run, testOptions } from "./support.js"
 
 beforeAll(ensureTools, 600_000)
@@ -297,5 +302,30 @@ describe.sequential("stateful code actions", () => {
         assert.isAtMost(used, 2)
       }).pipe(Effect.provide(layer))
       fs.rmSync(dir, { recursive: true, force: true })
+    }))
+
+  it.live("JavaScript: a snapshot in the shape written before lexical bindings were saved (no `lexical` field) is still restored", () =>
+    Effect.gen(function*() {
+      // Written here in the previous driver's shape ({ values, order }: each global property's
+      // v8.serialize, base64) — what every JavaScript snapshot stored before amendment 2 holds.
+      const store = RunLogStore.inMemory()
+      const id = "js-old-state"
+      const state = Buffer.from(JSON.stringify({ values: { kept: v8.serialize({ n: 41 }).toString("base64") }, order: ["kept"] }), "utf8")
+      const manifest: Sandbox.Manifest = {
+        version: 1,
+        runId: id,
+        step: 0,
+        entries: [],
+        skipped: [],
+        states: { javascript: { hash: Blobs.hashOf(state), saved: ["kept"], unsaved: [], pickler: "v8.serialize" } }
+      }
+      const manifestBytes = Buffer.from(JSON.stringify(manifest), "utf8")
+      yield* Effect.gen(function*() {
+        const blobs = (yield* RunLogStore.RunLogStore).blobs!
+        yield* blobs.putAll([state, manifestBytes])
+        yield* blobs.setRef(id, Sandbox.refName(0), Blobs.hashOf(manifestBytes))
+      }).pipe(Effect.provide(store))
+      const read = yield* run(id, 1, "console.log(kept.n + 1)", "javascript").pipe(Effect.provide(Sandbox.layer(testOptions).pipe(Layer.provideMerge(store))))
+      assert.strictEqual(read.observation, "42")
     }))
 })
