@@ -28,8 +28,8 @@ export interface RunnerProcess {
   readonly stderr: () => string
 }
 
-const start = (script: string, url: string, id: string, port: number): RunnerProcess => {
-  const child = spawn(process.execPath, [script, url, id, String(port)], {
+const start = (script: string, url: string, id: string, port: number, extra: ReadonlyArray<string> = []): RunnerProcess => {
+  const child = spawn(process.execPath, [script, url, id, String(port), ...extra], {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env }
@@ -58,13 +58,29 @@ const start = (script: string, url: string, id: string, port: number): RunnerPro
   return { id, port, address: `127.0.0.1:${port}`, child, ready, exited, stderr: () => stderr }
 }
 
+const stop = (runner: RunnerProcess) =>
+  Effect.promise(async () => {
+    if (runner.child.exitCode === null && runner.child.signalCode === null) runner.child.kill("SIGKILL")
+    await runner.exited
+  })
+
 /** Starts a runner process on `port`; it is killed (SIGKILL) when the scope closes if still running. */
 export const spawnRunner = (url: string, id: string, port: number): Effect.Effect<RunnerProcess, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.promise(() => bundle(Path.join(here, "cluster-runner.ts"))).pipe(Effect.map((script) => start(script, url, id, port))),
-    (runner) =>
-      Effect.promise(async () => {
-        if (runner.child.exitCode === null && runner.child.signalCode === null) runner.child.kill("SIGKILL")
-        await runner.exited
-      })
+    stop
   )
+
+/**
+ * Starts `entry` (a runner script under `test/support/`, run from its TypeScript source through
+ * the tsx loader vitest puts in NODE_OPTIONS — for code that finds files beside its own module,
+ * which a bundle moves) with `<url> <id> <port> ...extra`; killed when the scope closes.
+ */
+export const spawnSourceRunner = (
+  entry: string,
+  url: string,
+  id: string,
+  port: number,
+  extra: ReadonlyArray<string>
+): Effect.Effect<RunnerProcess, never, Scope.Scope> =>
+  Effect.acquireRelease(Effect.sync(() => start(Path.join(here, entry), url, id, port, extra)), stop)

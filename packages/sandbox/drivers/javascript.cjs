@@ -24,10 +24,17 @@ const context = vm.createContext({
   TextEncoder, TextDecoder, URL, Buffer, structuredClone
 })
 const baseNames = new Set(Object.getOwnPropertyNames(context))
+// The context's top-level let/const/class bindings (name → kind), as the host found them with a
+// parser in each action (design 0330, amendment 2): lexical, so not properties of the global object.
+const lexical = new Map()
 
-const userStack = (error) => {
-  if (error === null || typeof error !== "object" || typeof error.stack !== "string") return ""
-  return error.stack.split("\n").filter((line) => line.includes("<step") || line.includes("<code>")).map((l) => l.trim()).join("\n")
+// The error's type and message, then the stack's frames in the action's own code (as Python's
+// traceback ends with them; node's own frames and the source excerpt it prepends are left out).
+const userStack = (error, type, message) => {
+  const frames = error !== null && typeof error === "object" && typeof error.stack === "string"
+    ? error.stack.split("\n").map((l) => l.trim()).filter((line) => line.startsWith("at ") && (line.includes("<step") || line.includes("<code>")))
+    : []
+  return [`${type}: ${message}`, ...frames].join("\n")
 }
 
 const errorName = (error) => error !== null && typeof error === "object" && typeof error.name === "string" ? error.name : typeof error
@@ -43,7 +50,7 @@ const run = async (code, name) => {
       result.final = typeof error.value === "string" ? error.value : util.inspect(error.value)
     } else {
       const message = error !== null && typeof error === "object" && "message" in error ? String(error.message) : String(error)
-      result.error = { type: errorName(error), message, traceback: userStack(error) }
+      result.error = { type: errorName(error), message, traceback: userStack(error, errorName(error), message) }
     }
   }
   return result
@@ -64,7 +71,34 @@ const save = (path) => {
       unsaved.push({ name, reason: `${typeof value}: cannot be serialized` })
     }
   }
-  fs.writeFileSync(path + ".tmp", JSON.stringify({ values, order: saved }))
+  const lexicalValues = {}
+  for (const [name, kind] of lexical) {
+    let value
+    try {
+      // The name is an identifier the parser found: reading it runs no code of the action's.
+      value = vm.runInContext(name, context)
+    } catch (error) {
+      // Declared but never initialized (its declaration threw): even `typeof` throws on it. Else it
+      // was never declared (the action that named it did not get to run): nothing to save.
+      let declared = false
+      try {
+        vm.runInContext(`typeof ${name}`, context)
+      } catch {
+        declared = true
+      }
+      if (declared) unsaved.push({ name, reason: `${kind}: never initialized` })
+      else lexical.delete(name)
+      continue
+    }
+    try {
+      if (typeof value === "function") throw new Error("function")
+      lexicalValues[name] = { kind, value: v8.serialize(value).toString("base64") }
+      saved.push(name)
+    } catch (error) {
+      unsaved.push({ name, reason: `${kind === "class" ? "class" : typeof value}: cannot be serialized` })
+    }
+  }
+  fs.writeFileSync(path + ".tmp", JSON.stringify({ values, order: Object.keys(values), lexical: lexicalValues }))
   fs.renameSync(path + ".tmp", path)
   return { saved, unsaved, pickler: "v8.serialize" }
 }
@@ -81,6 +115,19 @@ const load = (path) => {
       lost.push({ name, reason: errorName(error) })
     }
   }
+  // Lexical bindings are declared again with their kind, one script each (a const stays constant).
+  for (const [name, { kind, value }] of Object.entries(state.lexical ?? {})) {
+    try {
+      Object.defineProperty(context, "__polyloopRestored", { value: v8.deserialize(Buffer.from(value, "base64")), configurable: true })
+      vm.runInContext(`${kind} ${name} = __polyloopRestored`, context)
+      lexical.set(name, kind)
+      restored.push(name)
+    } catch (error) {
+      lost.push({ name, reason: errorName(error) })
+    } finally {
+      delete context.__polyloopRestored
+    }
+  }
   return { restored, lost }
 }
 
@@ -91,6 +138,7 @@ const main = async () => {
     const request = JSON.parse(line)
     let message
     if (request.op === "exec") {
+      for (const { name, kind } of request.lexical ?? []) if (!lexical.has(name)) lexical.set(name, kind)
       message = await run(request.code, request.name ?? "code")
       out(request.boundary)
     } else {

@@ -13,12 +13,14 @@
  * (`envReportedCompletion`). Interruption kills the interpreter's process tree and is not caught.
  *
  * What is saved: Python's global names (dill, else pickle; modules by name; open files never),
- * JavaScript's global object properties (`var`, function declarations are lost as functions,
- * `globalThis.x = …`; top-level `let`/`const` are not properties and are not saved). JavaScript
- * has the wall-time limit only (no per-action CPU limit). Linux only.
+ * JavaScript's global object properties (`var`, `globalThis.x = …`) and top-level `let`/`const`
+ * bindings (found with acorn, restored as `let`/`const`); functions and classes are listed as not
+ * saved. Both languages have a per-action CPU limit, set from the host with `prlimit --pid`.
+ * Linux only.
  *
  * @since 0.1.0
  */
+import * as Command from "@effect/platform/Command"
 import type * as CommandExecutor from "@effect/platform/CommandExecutor"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import type { Action, CodeAction } from "@polyloop/core/Action"
@@ -42,6 +44,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Driver from "./internal/driver.js"
 import { SessionFailure } from "./internal/failure.js"
+import * as Lexical from "./internal/lexical.js"
 import * as Workspace from "./internal/workspace.js"
 
 /** The languages the sandbox runs. */
@@ -75,7 +78,7 @@ export interface Options {
   readonly root?: string
   /** Wall time per action (default 30 seconds), measured with `Clock`. */
   readonly wallTime?: Duration.DurationInput
-  /** CPU time per action (default: the wall time). Python only; JavaScript has the wall time. */
+  /** CPU time per action (default: the wall time), in whole seconds (rounded up): `RLIMIT_CPU` set from the host with `prlimit --pid`. */
   readonly cpuTime?: Duration.DurationInput
   /** Address space of each process (`RLIMIT_AS`, default 1 GiB). */
   readonly memoryBytes?: number
@@ -209,6 +212,12 @@ export const make = (
     const outputLimit = options.outputLimit ?? 20_000
     const maxFileBytes = options.maxFileBytes ?? 256 * 1024 * 1024
     const executor = yield* Effect.context<CommandExecutor.CommandExecutor>()
+    // The unit of /proc/<pid>/stat's CPU times (amendment 1); USER_HZ is 100 wherever getconf is missing.
+    const clockTicks = yield* Command.string(Command.make(which("getconf", undefined) ?? "getconf", "CLK_TCK")).pipe(
+      Effect.map((text) => Number(text.trim())),
+      Effect.map((ticks) => (Number.isInteger(ticks) && ticks > 0 ? ticks : 100)),
+      Effect.orElseSucceed(() => 100)
+    )
 
     // The sessions' root: made here, removed with the layer.
     const root = yield* Effect.acquireRelease(
@@ -241,7 +250,8 @@ export const make = (
       memoryBytes: options.memoryBytes ?? 1024 * 1024 * 1024,
       maxProcesses: options.maxProcesses ?? 64,
       maxFileBytes,
-      maxOpenFiles: 256
+      maxOpenFiles: 256,
+      clockTicks
     }
     const owner = isolation === "bubblewrap" && Driver.hostIsRoot() ? Driver.nobody : undefined
     if (owner !== undefined) {
@@ -275,8 +285,13 @@ export const make = (
         catch: (error) => new SandboxUnavailable({ missing: "sandbox", detail: `a session's directories could not be made: ${String(error)}` })
       })
       const started = yield* Effect.either(Driver.start(env, probe.dirs, language, 100, startMillis).pipe(Effect.provide(executor)))
+      // The per-action CPU limit must be settable on it (amendment 1).
+      const limited = started._tag === "Right" ? yield* Effect.either(Driver.limitCpu(env, started.right, cpuSeconds, "action").pipe(Effect.provide(executor))) : undefined
       if (started._tag === "Right") yield* Driver.kill(started.right)
       fs.rmSync(probe.dir, { recursive: true, force: true })
+      if (limited !== undefined && limited._tag === "Left") {
+        return yield* new SandboxUnavailable({ missing: "prlimit", detail: `the ${language} interpreter's CPU limit cannot be set: ${limited.left.message}` })
+      }
       if (started._tag === "Left") {
         const detail = started.left.message
         const missing: Missing = /namespace|uid map|unshare|Operation not permitted|setting up/i.test(detail) ? "user namespaces" : "sandbox"
@@ -467,8 +482,11 @@ export const make = (
         session.note = undefined
         const boundary = `\u0000polyloop-end-${randomBytes(12).toString("hex")}\u0000`
         const finished = yield* Deferred.make<void>()
+        yield* Driver.limitCpu(env, live, cpuSeconds, "action").pipe(Effect.provide(executor))
         live.output.begin(boundary, finished)
-        const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, cpu: language === "python" ? cpuSeconds : null, boundary })
+        // JavaScript's top-level let/const/class are lexical bindings: the driver is told their names to save them (amendment 2).
+        const lexical = language === "javascript" ? Lexical.topLevel(code) : []
+        const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical })
         const awaited = yield* Effect.timeoutOption(
           Effect.flatMap(Driver.awaitReply(live, id), (reply) =>
             reply === undefined ? Effect.succeed(reply) : Effect.as(Effect.timeoutOption(Deferred.await(finished), "5 seconds"), reply)),
@@ -516,6 +534,9 @@ export const make = (
             completed = true
           }
         }
+        // The snapshot's save is not the action's: it gets CPU time of its own.
+        const still = session.live.get(language)
+        if (still !== undefined) yield* Driver.limitCpu(env, still, cpuSeconds, "save").pipe(Effect.provide(executor))
         if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "BeforeSnapshot" })
         yield* snapshot(session, step, language)
         if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "AfterSnapshot" })

@@ -3,12 +3,16 @@
  * step 1 is read in step 5; a run interrupted in one executor continues in a new one (another
  * process's view: the sessions are gone, only the store remains) with its variables and files;
  * `Agent.fork` at step k restores the workspace byte for byte and the variables by value as they
- * were after step k-1; names that cannot be saved are told to the model after a restore; and an
- * interrupted action's process tree is killed and its effects are not kept.
+ * were after step k-1; names that cannot be saved are told to the model after a restore; an
+ * interrupted action's process tree is killed and its effects are not kept; the per-action CPU
+ * limit stops a busy loop in both languages (and costs no process per trivial action); and
+ * JavaScript's top-level let/const are saved and restored as lexical bindings (snapshots of the
+ * previous shape still restore).
  */
 import { assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
+import * as Blobs from "@polyloop/core/Blobs"
 import * as CodeBlockParser from "@polyloop/core/CodeBlockParser"
 import * as EventSink from "@polyloop/core/EventSink"
 import { runId } from "@polyloop/core/Ids"
@@ -27,6 +31,7 @@ import * as Layer from "effect/Layer"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import * as v8 from "node:v8"
 import { ensureTools, run, testOptions } from "./support.js"
 
 beforeAll(ensureTools, 600_000)
@@ -209,7 +214,8 @@ describe.sequential("stateful code actions", () => {
 
   it.live("JavaScript: globals persist across steps and come back after a restart; functions are named as not restored", () =>
     Effect.gen(function*() {
-      const layer = Sandbox.layer(testOptions).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      // A CPU allowance above the wall time: this loop is stopped by the wall-time limit.
+      const layer = Sandbox.layer({ ...testOptions, cpuTime: "60 seconds" }).pipe(Layer.provideMerge(RunLogStore.layerMemory))
       yield* Effect.gen(function*() {
         const first = yield* run("js-state", 0, "var counts = new Map([['a', 1]]); globalThis.total = 41; function twice(x) { return 2 * x }", "javascript")
         assert.strictEqual(first.status, "Executed")
@@ -222,5 +228,104 @@ describe.sequential("stateful code actions", () => {
         assert.include(restored.observation, "not restored: twice (function")
         assert.include(restored.observation, "41 1 undefined")
       }).pipe(Effect.provide(layer))
+    }))
+
+  it.live("a busy loop over its CPU allowance (below the wall time) is killed at the CPU limit, in JavaScript and Python; the run goes on from the last snapshot", () =>
+    Effect.gen(function*() {
+      // The wall time is far above the CPU allowance: only the CPU limit can stop these loops.
+      const layer = Sandbox.layer({ ...testOptions, wallTime: "120 seconds", cpuTime: "1 second" }).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      yield* Effect.gen(function*() {
+        for (const [language, set, loop, read] of [
+          ["javascript", "var kept = 41", "while (true) {}", "console.log(kept + 1)"],
+          ["python", "kept = 41", "while True:\n    pass", "print(kept + 1)"]
+        ] as const) {
+          const id = `cpu-${language}`
+          assert.strictEqual((yield* run(id, 0, set, language)).status, "Executed")
+          // An action that spends CPU time under its allowance is not stopped: the allowance is per action.
+          const busy = language === "javascript"
+            ? "var until = Date.now() + 600; while (Date.now() < until) {} console.log('done')"
+            : "import time\nuntil = time.time() + 0.6\nwhile time.time() < until:\n    pass\nprint('done')"
+          assert.strictEqual((yield* run(id, 1, busy, language)).observation, "done")
+          // Python code may lift its own soft limit: the host sets it again before the next action.
+          const lift = language === "python" ? "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n" : ""
+          assert.strictEqual((yield* run(id, 2, lift + busy, language)).observation, "done")
+          const killed = yield* run(id, 3, loop, language)
+          assert.strictEqual(killed.status, "Executed")
+          assert.strictEqual(killed.observation, `killed: CPU time limit of 1 s exceeded; the interpreter was restarted with the variables saved after step 2`)
+          const next = yield* run(id, 4, read, language)
+          assert.strictEqual(next.status, "Executed")
+          assert.strictEqual(next.observation, "42", `${language}: ${next.observation}`)
+        }
+      }).pipe(Effect.provide(layer))
+    }))
+
+  it.live("JavaScript: top-level let and const (destructuring included) come back after a restart as let and const; classes, functions and names never initialized are named as lost", () =>
+    Effect.gen(function*() {
+      const store = RunLogStore.inMemory()
+      const id = "js-lexical"
+      // First life: the bindings are made; the executor (its interpreter and workspace) then goes away.
+      yield* Effect.gen(function*() {
+        const first = yield* run(id, 0, "let x = 1; const c = { a: [1, 2] }; let { p, q: [r] } = { p: 'P', q: ['R'] }; class K {}; const f = () => 1; console.log(x + c.a[1])", "javascript")
+        assert.strictEqual(first.observation, "3")
+        const second = yield* run(id, 1, "x = x + 1; let late = (() => { throw new Error('before late') })()", "javascript")
+        assert.include(second.observation, "Error: before late")
+      }).pipe(Effect.provide(Sandbox.layer(testOptions).pipe(Layer.provideMerge(store))))
+      // Second life: a new executor over the same store (another process's view) reads them.
+      yield* Effect.gen(function*() {
+        const read = yield* run(id, 2, "console.log(x, c.a[1], p, r, typeof K, typeof f)", "javascript")
+        assert.strictEqual(
+          read.observation,
+          "[the javascript interpreter was restarted with the variables saved after step 1; not restored: K (class: cannot be serialized), f (function: cannot be serialized), late (let: never initialized)]\n2 2 P R undefined undefined"
+        )
+        // Still lexical: a const stays constant, a let is assignable, neither is a global property.
+        const kinds = yield* run(id, 3, "x = x + 1; console.log(x, 'x' in globalThis, 'c' in globalThis); c = 5", "javascript")
+        assert.strictEqual(kinds.observation, "3 false false\nTypeError: Assignment to constant variable.\nat <step 3>:1:68")
+      }).pipe(Effect.provide(Sandbox.layer(testOptions).pipe(Layer.provideMerge(store))))
+    }))
+
+  it.live("the CPU limit costs no process per trivial action: prlimit --pid runs only when the limit must move", () =>
+    Effect.gen(function*() {
+      // prlimit behind a wrapper that records its arguments (isolation "none": the wrapper runs on the host).
+      const dir = tempDir()
+      const calls = path.join(dir, "calls.txt")
+      const wrapper = path.join(dir, "prlimit")
+      fs.writeFileSync(wrapper, `#!/bin/sh\necho "$*" >> ${calls}\nexec /usr/bin/prlimit "$@"\n`, { mode: 0o755 })
+      const pidCalls = () => (fs.existsSync(calls) ? fs.readFileSync(calls, "utf8").split("\n").filter((l) => l.startsWith("--pid")).length : 0)
+      const layer = Sandbox.layer({ ...testOptions, isolation: "none", languages: ["python"], prlimit: wrapper, cpuTime: "5 seconds" }).pipe(Layer.provideMerge(RunLogStore.layerMemory))
+      yield* Effect.gen(function*() {
+        const atStart = pidCalls()
+        for (let step = 0; step < 20; step++) assert.strictEqual((yield* run("cpu-cost", step, `x = ${step}`)).status, "Executed")
+        // The first action sets the limit; twenty trivial actions use far less than a second of CPU
+        // time together, so the limit (whole seconds) moves at most once more.
+        const used = pidCalls() - atStart
+        assert.isAtLeast(used, 1)
+        assert.isAtMost(used, 2)
+      }).pipe(Effect.provide(layer))
+      fs.rmSync(dir, { recursive: true, force: true })
+    }))
+
+  it.live("JavaScript: a snapshot in the shape written before lexical bindings were saved (no `lexical` field) is still restored", () =>
+    Effect.gen(function*() {
+      // Written here in the previous driver's shape ({ values, order }: each global property's
+      // v8.serialize, base64) — what every JavaScript snapshot stored before amendment 2 holds.
+      const store = RunLogStore.inMemory()
+      const id = "js-old-state"
+      const state = Buffer.from(JSON.stringify({ values: { kept: v8.serialize({ n: 41 }).toString("base64") }, order: ["kept"] }), "utf8")
+      const manifest: Sandbox.Manifest = {
+        version: 1,
+        runId: id,
+        step: 0,
+        entries: [],
+        skipped: [],
+        states: { javascript: { hash: Blobs.hashOf(state), saved: ["kept"], unsaved: [], pickler: "v8.serialize" } }
+      }
+      const manifestBytes = Buffer.from(JSON.stringify(manifest), "utf8")
+      yield* Effect.gen(function*() {
+        const blobs = (yield* RunLogStore.RunLogStore).blobs!
+        yield* blobs.putAll([state, manifestBytes])
+        yield* blobs.setRef(id, Sandbox.refName(0), Blobs.hashOf(manifestBytes))
+      }).pipe(Effect.provide(store))
+      const read = yield* run(id, 1, "console.log(kept.n + 1)", "javascript").pipe(Effect.provide(Sandbox.layer(testOptions).pipe(Layer.provideMerge(store))))
+      assert.strictEqual(read.observation, "42")
     }))
 })

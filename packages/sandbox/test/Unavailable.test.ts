@@ -1,7 +1,8 @@
 /**
  * Building the sandbox fails with a typed `SandboxUnavailable` that says what is missing — no
- * bubblewrap, no interpreter, a store without blobs — and the unisolated mode runs only when it
- * is named (`isolation: "none"`), with the same protocol, limits and statuses.
+ * bubblewrap, no interpreter, a CPU limit that cannot be set, a store without blobs — and the
+ * unisolated mode runs only when it is named (`isolation: "none"`), with the same protocol,
+ * limits and statuses.
  */
 import { assert, beforeAll, describe, it } from "@effect/vitest"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
@@ -52,6 +53,18 @@ describe("Sandbox.layer", () => {
       fs.rmSync(dir, { recursive: true, force: true })
       assert.strictEqual(error.missing, "user namespaces")
       assert.include(error.detail, "setting up uid map: Permission denied")
+    }))
+
+  it.scopedLive("a host that may not set the interpreter's CPU limit (a prlimit that refuses --pid): SandboxUnavailable { missing: prlimit } with its words", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-fake-prlimit-"))
+      fs.chmodSync(dir, 0o755)
+      const fake = path.join(dir, "prlimit")
+      fs.writeFileSync(fake, "#!/bin/sh\nif [ \"$1\" = --pid ]; then echo 'prlimit: failed to set the CPU resource limit: Operation not permitted' >&2; exit 1; fi\nexec /usr/bin/prlimit \"$@\"\n", { mode: 0o755 })
+      const error = yield* build({ isolation: "none", prlimit: fake })
+      fs.rmSync(dir, { recursive: true, force: true })
+      assert.strictEqual(error.missing, "prlimit")
+      assert.include(error.detail, "Operation not permitted")
     }))
 
   it.scopedLive("a store without blobs: SandboxUnavailable { missing: blob store }", () =>

@@ -40,6 +40,8 @@ export interface Environment {
   readonly maxProcesses: number
   readonly maxFileBytes: number
   readonly maxOpenFiles: number
+  /** The kernel's clock ticks per second (`getconf CLK_TCK`), the unit of `/proc/<pid>/stat`'s CPU times. */
+  readonly clockTicks: number
 }
 
 /** The sandbox's view of the session's directories. */
@@ -238,6 +240,11 @@ export interface Live {
   /** The last lines on the reply channel that were not replies (bwrap's and the runtime's own messages). */
   readonly diagnostics: Array<string>
   readonly ready: Record<string, unknown>
+  /** The interpreter's pid on the host (the end of the process chain under `process`) and its command name. */
+  readonly pid: number
+  readonly comm: string
+  /** The processes from the started one down to the interpreter (pid and start time), waited for by `kill`. */
+  readonly chain: ReadonlyArray<{ readonly pid: number; readonly start: string }>
   nextId: number
 }
 
@@ -294,6 +301,14 @@ export const kill = (live: Live): Effect.Effect<void> =>
   Effect.zipRight(
     Effect.ignore(Effect.timeout(live.process.kill("SIGKILL"), "5 seconds")),
     Scope.close(live.scope, Exit.void)
+  ).pipe(
+    // bwrap's pid 1 takes the namespace's processes with it as it exits, after the started process
+    // is gone: wait (a few seconds at most) until the chain down to the interpreter has exited, so
+    // that nothing of the sandbox still runs when this returns.
+    Effect.zipRight(Effect.ignore(Effect.timeout(
+      Effect.repeat(Effect.sleep("10 millis"), { until: () => live.chain.every((p) => !running(p.pid, p.start)) }),
+      "5 seconds"
+    )))
   )
 
 /**
@@ -334,7 +349,7 @@ export const start = (
       ),
       scope
     )
-    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, nextId: 1 }
+    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, comm: "", chain: [], nextId: 1 }
     const ready = yield* Effect.gen(function*() {
       while (true) {
         const line = yield* Queue.take(replies)
@@ -359,5 +374,133 @@ export const start = (
         : `exited before it was ready (${exit.code !== undefined ? `status ${exit.code}` : `signal ${exit.signal ?? "?"}`})`
       return yield* new SessionFailure({ reason: "Start", message: `the ${language} sandbox ${how}${said === "" ? "" : `: ${said}`}` })
     }
-    return { ...partial, ready: ready.value }
+    // Ready: the driver runs, nothing of the code yet; the chain under the started process ends at it.
+    const chain = chainUnder(started.pid)
+    const pid = chain[chain.length - 1]!
+    const comm = statOf(pid)?.comm ?? ""
+    if (!comm.startsWith(language === "python" ? "python" : "node")) {
+      yield* kill(partial)
+      return yield* new SessionFailure({ reason: "Start", message: `the ${language} interpreter's process was not found under the sandbox (found ${comm === "" ? "nothing" : comm})` })
+    }
+    return {
+      ...partial,
+      ready: ready.value,
+      pid,
+      comm,
+      chain: chain.flatMap((p) => {
+        const start = statOf(p)?.start
+        return start === undefined ? [] : [{ pid: p, start }]
+      })
+    }
+  })
+
+interface Stat {
+  readonly comm: string
+  readonly ppid: number
+  /** utime + stime, in clock ticks. */
+  readonly cpuTicks: number
+  /** The state letter (`R`, `S`, `Z` for a zombie, …). */
+  readonly state: string
+  /** The start time after boot, in clock ticks (with the pid, names one process). */
+  readonly start: string
+}
+
+/** `/proc/<pid>/stat`'s command, parent and CPU time (`proc(5)`); `undefined` when the process is gone. */
+const statOf = (pid: number): Stat | undefined => {
+  let text: string
+  try {
+    text = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+  } catch {
+    return undefined
+  }
+  // The command is in parentheses and may hold spaces or parentheses: the fields follow the last ")".
+  const close = text.lastIndexOf(")")
+  const fields = text.slice(close + 2).split(" ")
+  // After the command: state (3), ppid (4), … utime (14), stime (15), … starttime (22).
+  return {
+    comm: text.slice(text.indexOf("(") + 1, close),
+    state: fields[0] ?? "",
+    ppid: Number(fields[1]),
+    cpuTicks: Number(fields[11]) + Number(fields[12]),
+    start: fields[19] ?? ""
+  }
+}
+
+/** The chain of only children from `pid` down (bwrap → its pid 1 → the interpreter); `pid` alone in `isolation: "none"`. */
+const chainUnder = (pid: number): Array<number> => {
+  const children = new Map<number, Array<number>>()
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue
+    const stat = statOf(Number(name))
+    if (stat === undefined) continue
+    const list = children.get(stat.ppid) ?? []
+    list.push(Number(name))
+    children.set(stat.ppid, list)
+  }
+  const chain = [pid]
+  for (let depth = 0; depth < 8; depth++) {
+    const next = children.get(chain[chain.length - 1]!)
+    if (next === undefined || next.length !== 1) break
+    chain.push(next[0]!)
+  }
+  return chain
+}
+
+/** Whether the process `pid` started at `start` still runs (a zombie has exited). */
+const running = (pid: number, start: string): boolean => {
+  const stat = statOf(pid)
+  return stat !== undefined && stat.start === start && stat.state !== "Z" && stat.state !== "X"
+}
+
+/** The process's `RLIMIT_CPU` soft limit in seconds (`/proc/<pid>/limits`), `Infinity` when unlimited or unknown. */
+const cpuSoftOf = (pid: number): number => {
+  try {
+    const line = fs.readFileSync(`/proc/${pid}/limits`, "utf8").split("\n").find((l) => l.startsWith("Max cpu time"))
+    const soft = line?.slice("Max cpu time".length).trim().split(/\s+/)[0]
+    return soft === undefined || soft === "unlimited" ? Infinity : Number(soft)
+  } catch {
+    return Infinity
+  }
+}
+
+/**
+ * Keeps the interpreter's `RLIMIT_CPU` soft limit at `allowance` seconds more than it has used
+ * (amendment 1), with util-linux `prlimit --pid` — as the sandbox's user when that is `nobody` (a
+ * root without `CAP_SYS_RESOURCE` may not set another user's limits). Before an action
+ * (`"action"`) the limit is set unless it already is what it must be (the limit counts whole
+ * seconds: an action that used a few milliseconds seldom moves it); after one (`"save"`, so the
+ * snapshot's save is not cut) it is raised again only when less than half an allowance is left.
+ * So a process is started only when the limit must move. The current limit is read from
+ * `/proc/<pid>/limits` (the code may have changed it). A process that is gone is not an error
+ * here (the action finds it gone).
+ */
+export const limitCpu = (
+  env: Environment,
+  live: Live,
+  allowance: number,
+  when: "action" | "save"
+): Effect.Effect<void, SessionFailure, CommandExecutor.CommandExecutor> =>
+  Effect.gen(function*() {
+    const stat = statOf(live.pid)
+    // Gone (or its pid already another process's): the action finds the interpreter gone.
+    if (stat === undefined || stat.comm !== live.comm) return
+    const used = stat.cpuTicks / env.clockTicks
+    const want = Math.ceil(used + allowance)
+    const soft = cpuSoftOf(live.pid)
+    if (when === "action" ? soft === want : soft - used >= allowance / 2) return
+    const prlimit = [env.prlimit, "--pid", String(live.pid), `--cpu=${want}:`]
+    const argv = env.isolation === "bubblewrap" && env.setpriv !== undefined && hostIsRoot()
+      ? [env.setpriv, `--reuid=${nobody.uid}`, `--regid=${nobody.gid}`, "--clear-groups", "--", ...prlimit]
+      : prlimit
+    const [head, ...rest] = argv
+    const result = yield* Command.make(head!, ...rest).pipe(
+      Command.env({ PATH: "/usr/bin:/bin", LANG: "C.UTF-8" }, { extendEnv: false }),
+      Command.stderr("pipe"),
+      (command) => Effect.scoped(Effect.flatMap(Command.start(command), (process) =>
+        Effect.all([process.exitCode, Stream.mkString(Stream.decodeText(process.stderr))], { concurrency: 2 }))),
+      Effect.mapError((error) => new SessionFailure({ reason: "Limit", message: `prlimit could not be run: ${error.message}` }))
+    )
+    if (result[0] !== 0 && statOf(live.pid) !== undefined) {
+      return yield* new SessionFailure({ reason: "Limit", message: `prlimit could not set the CPU limit (status ${result[0]}): ${result[1].trim()}` })
+    }
   })
