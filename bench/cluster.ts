@@ -4,7 +4,12 @@
  * (default 300) of `--steps` steps (default 5) each, the benchmarks' no-op tool and precomputed
  * replies (so what is measured is polyloop and its storage, not a model).
  *
- *   npm run bench:cluster -- [--runs 300] [--steps 5] [--pg <url>]
+ *   npm run bench:cluster -- [--runs 300] [--steps 5] [--pg <url>] [--pin] [--render]
+ *
+ * Each figure also reads the CPU time per step of this process, the runner processes and the
+ * PostgreSQL server (when the bench started it) from /proc. `--pin` measures the cost model's check
+ * (runners and client on CPU 0, PostgreSQL on CPU 1; `results.cluster.pinned.json`); `--render`
+ * rewrites CLUSTER.md (figures, cost model, `CLUSTER-NOTES.md`) without measuring.
  *
  * The cluster figures run on PostgreSQL: `--pg` names a server (a database is created and
  * dropped per figure), else a private one is started as the tests do (`test/support/pg-server.ts`).
@@ -223,6 +228,8 @@ interface PgServerModule {
 }
 
 const main = async () => {
+  // `--render`: CLUSTER.md again from the results files and CLUSTER-NOTES.md, nothing measured.
+  if (process.argv.includes("--render")) return writeClusterMd()
   let serverUrl = option("--pg")
   let stop = () => {}
   if (serverUrl === undefined) {
