@@ -28,11 +28,10 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
+import { polyloop } from "./support/cli-process.js"
 
 const lookup = Tool.make({
   name: "lookup",
@@ -140,18 +139,3 @@ describe("a conversation to the readers", () => {
     }), { timeout: 60_000 })
 })
 
-const launcher = fileURLToPath(new URL("../packages/cli/bin/polyloop.js", import.meta.url))
-
-/** Runs `polyloop <args>` in `cwd` (no model server configured, no colour). */
-const polyloop = (cwd: string, args: ReadonlyArray<string>): Promise<{ readonly code: number | null; readonly stdout: string; readonly stderr: string }> =>
-  new Promise((resolve, reject) => {
-    const env: NodeJS.ProcessEnv = { ...process.env }
-    for (const name of ["POLYLOOP_API_KEY", "POLYLOOP_BASE_URL", "POLYLOOP_MODEL", "FORCE_COLOR", "NO_COLOR"]) delete env[name]
-    const child = spawn(process.execPath, [launcher, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-  })
