@@ -175,6 +175,28 @@ describe("grouped appends on PostgreSQL (design 0350)", () => {
     }))
 })
 
+describe("PostgreSQL listing reads payloads as json, not jsonb", () => {
+  // jsonb refuses the escape \u0000 that a task (or any text) may hold: a listing of such a run
+  // failed with "unsupported Unicode escape sequence" (found by the contract's property).
+  it.scoped("runs whose texts hold \\u0000 are listed (a conversation among them) and searched", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const store = Context.get(yield* Layer.build(SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 2 })), RunLogStore.RunLogStore)
+      const plain = F.rid("nul-plain")
+      const chat = F.rid("nul-chat")
+      yield* store.start({ ...F.started(plain, { task: "\u0000" }) })
+      yield* store.start({ ...F.started(chat, { task: "a\u0000b" }), conversation: { messageId: "m\u0000" } })
+      const listed = yield* store.listRuns()
+      assert.deepStrictEqual(listed.map((r) => r.runId).sort(), [chat, plain].sort())
+      assert.isTrue(listed.every((r) => r.status === "Unfinished"))
+      // And a search over such texts answers.
+      const search = store.searchRuns
+      assert.isDefined(search)
+      const hits = yield* search!({ text: "a", limit: 10, offset: 0 })
+      assert.deepStrictEqual(hits.map((h) => h.runId), [chat])
+    }))
+})
+
 describe("GroupCommit.batcher", () => {
   it.effect("entries that arrive together are one group call; a failed group is made one entry at a time, each with its own outcome", () =>
     Effect.gen(function*() {

@@ -50,6 +50,14 @@ export const statusFilter = (alias: string, status: "Unfinished" | "Suspended" |
 }
 
 /**
+ * A record's payload as `jsonb`. PostgreSQL's JSON types refuse the escape `\u0000`, which any
+ * text of a record may hold (a task, a message): it is read as `\u0001` here — the same length
+ * and the same backslashes, so the structure is unchanged; only a listing's copy of such a text
+ * differs, never the log.
+ */
+export const pgJson = (payload: string): string => `replace(${payload}, '\\u0000', '\\u0001')::jsonb`
+
+/**
  * The conversation columns of a listing (design 0300), null for a single-task run and for a
  * finished one (a conversation never finishes): `conv_turns` and `conv_messages` (its
  * `TurnFinished` and `UserMessaged` rows), `conv_last` (the last turn's stop reason, JSON).
@@ -57,9 +65,9 @@ export const statusFilter = (alias: string, status: "Unfinished" | "Suspended" |
  */
 export const conversationColumns = (alias: string, dialect: "pg" | "sqlite"): string => {
   const started = dialect === "pg"
-    ? `(SELECT (s.payload::jsonb -> 'conversation') IS NOT NULL FROM polyloop_records s WHERE s.run_id = ${alias}.run_id AND s.seq = 0)`
+    ? `(SELECT (${pgJson("s.payload")} -> 'conversation') IS NOT NULL FROM polyloop_records s WHERE s.run_id = ${alias}.run_id AND s.seq = 0)`
     : `(SELECT json_type(s.payload, '$.conversation') IS NOT NULL FROM polyloop_records s WHERE s.run_id = ${alias}.run_id AND s.seq = 0)`
-  const last = dialect === "pg" ? "(t.payload::jsonb -> 'stopReason')::text" : "json_extract(t.payload, '$.stopReason')"
+  const last = dialect === "pg" ? `(${pgJson("t.payload")} -> 'stopReason')::text` : "json_extract(t.payload, '$.stopReason')"
   const when = `${alias}.status = 'Unfinished' AND ${started}`
   return [
     `CASE WHEN ${when} THEN ${countOf(alias, "TurnFinished")} ELSE NULL END AS conv_turns`,

@@ -156,9 +156,9 @@ const makeSync = (
   // (`LIKE` is so for ASCII letters on SQLite; `ILIKE` on PostgreSQL), newest run first.
   const field = sql.onDialectOrElse({
     pg: () => ({
-      task: "(x.payload::jsonb ->> 'task')",
-      reply: "(x.payload::jsonb -> 'reply' ->> 'text')",
-      observation: "(x.payload::jsonb -> 'outcome' ->> 'observation')",
+      task: `(${Approvals.pgJson("x.payload")} ->> 'task')`,
+      reply: `(${Approvals.pgJson("x.payload")} -> 'reply' ->> 'text')`,
+      observation: `(${Approvals.pgJson("x.payload")} -> 'outcome' ->> 'observation')`,
       like: "ILIKE"
     }),
     orElse: () => ({
