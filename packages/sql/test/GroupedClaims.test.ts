@@ -184,16 +184,15 @@ describe("PostgreSQL listing reads payloads as json, not jsonb", () => {
       const store = Context.get(yield* Layer.build(SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 2 })), RunLogStore.RunLogStore)
       const plain = F.rid("nul-plain")
       const chat = F.rid("nul-chat")
-      yield* store.start({ ...F.started(plain, { task: "\u0000" }) })
+      yield* store.start({ ...F.started(plain, { task: "\u0000 \ud800" }) })
       yield* store.start({ ...F.started(chat, { task: "a\u0000b" }), conversation: { messageId: "m\u0000" } })
       const listed = yield* store.listRuns()
       assert.deepStrictEqual(listed.map((r) => r.runId).sort(), [chat, plain].sort())
       assert.isTrue(listed.every((r) => r.status === "Unfinished"))
-      // And a search over such texts answers.
+      // And a search answers (such records are not searched on PostgreSQL).
       const search = store.searchRuns
       assert.isDefined(search)
-      const hits = yield* search!({ text: "a", limit: 10, offset: 0 })
-      assert.deepStrictEqual(hits.map((h) => h.runId), [chat])
+      assert.deepStrictEqual(yield* search!({ text: "a", limit: 10, offset: 0 }), [])
     }))
 })
 

@@ -50,12 +50,12 @@ export const statusFilter = (alias: string, status: "Unfinished" | "Suspended" |
 }
 
 /**
- * A record's payload as `jsonb`. PostgreSQL's JSON types refuse the escape `\u0000`, which any
- * text of a record may hold (a task, a message): it is read as `\u0001` here — the same length
- * and the same backslashes, so the structure is unchanged; only a listing's copy of such a text
- * differs, never the log.
+ * `expr` over a record's payload as `jsonb`, or `otherwise` for a payload holding a `\\u` escape:
+ * PostgreSQL's JSON types refuse some that JSON allows (`\\u0000`, lone surrogates), which any text
+ * of a record may hold (a task, a message). `CASE` evaluates the cast only for the rows without one.
  */
-export const pgJson = (payload: string): string => `replace(${payload}, '\\u0000', '\\u0001')::jsonb`
+export const pgJson = (payload: string, expr: (json: string) => string, otherwise: string): string =>
+  `(CASE WHEN strpos(${payload}, '\\u') > 0 THEN ${otherwise} ELSE ${expr(`${payload}::jsonb`)} END)`
 
 /**
  * The conversation columns of a listing (design 0300), null for a single-task run and for a
@@ -65,9 +65,9 @@ export const pgJson = (payload: string): string => `replace(${payload}, '\\u0000
  */
 export const conversationColumns = (alias: string, dialect: "pg" | "sqlite"): string => {
   const started = dialect === "pg"
-    ? `(SELECT (${pgJson("s.payload")} -> 'conversation') IS NOT NULL FROM polyloop_records s WHERE s.run_id = ${alias}.run_id AND s.seq = 0)`
+    ? `(SELECT ${pgJson("s.payload", (j) => `(${j} -> 'conversation') IS NOT NULL`, `EXISTS (SELECT 1 FROM polyloop_records c WHERE c.run_id = ${alias}.run_id AND c.kind IN ('TurnFinished', 'UserMessaged'))`)} FROM polyloop_records s WHERE s.run_id = ${alias}.run_id AND s.seq = 0)`
     : `(SELECT json_type(s.payload, '$.conversation') IS NOT NULL FROM polyloop_records s WHERE s.run_id = ${alias}.run_id AND s.seq = 0)`
-  const last = dialect === "pg" ? `(${pgJson("t.payload")} -> 'stopReason')::text` : "json_extract(t.payload, '$.stopReason')"
+  const last = dialect === "pg" ? pgJson("t.payload", (j) => `(${j} -> 'stopReason')::text`, "NULL") : "json_extract(t.payload, '$.stopReason')"
   const when = `${alias}.status = 'Unfinished' AND ${started}`
   return [
     `CASE WHEN ${when} THEN ${countOf(alias, "TurnFinished")} ELSE NULL END AS conv_turns`,

@@ -156,9 +156,9 @@ const makeSync = (
   // (`LIKE` is so for ASCII letters on SQLite; `ILIKE` on PostgreSQL), newest run first.
   const field = sql.onDialectOrElse({
     pg: () => ({
-      task: `(${Approvals.pgJson("x.payload")} ->> 'task')`,
-      reply: `(${Approvals.pgJson("x.payload")} -> 'reply' ->> 'text')`,
-      observation: `(${Approvals.pgJson("x.payload")} -> 'outcome' ->> 'observation')`,
+      task: Approvals.pgJson("x.payload", (j) => `(${j} ->> 'task')`, "NULL"),
+      reply: Approvals.pgJson("x.payload", (j) => `(${j} -> 'reply' ->> 'text')`, "NULL"),
+      observation: Approvals.pgJson("x.payload", (j) => `(${j} -> 'outcome' ->> 'observation')`, "NULL"),
       like: "ILIKE"
     }),
     orElse: () => ({
