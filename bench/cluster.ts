@@ -118,7 +118,9 @@ const freePort = async (): Promise<number> => {
 }
 
 const spawnRunner = (url: string, id: string, port: number): { child: ChildProcess; ready: Promise<void>; exited: Promise<void> } => {
-  const child = spawn(process.execPath, ["--conditions=@polyloop/source", "--import", "tsx", path.join(benchDir, "lib", "cluster-runner.ts"), url, id, String(port), String(STEPS)], {
+  // `POLYLOOP_BENCH_RUNNER_ARGS`: extra node arguments for the runners (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`).
+  const extra = (process.env["POLYLOOP_BENCH_RUNNER_ARGS"] ?? "").split(" ").filter((a) => a !== "")
+  const child = spawn(process.execPath, [...extra, "--conditions=@polyloop/source", "--import", "tsx", path.join(benchDir, "lib", "cluster-runner.ts"), url, id, String(port), String(STEPS)], {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "inherit"]
   })

@@ -175,6 +175,34 @@ describe("grouped appends on PostgreSQL (design 0350)", () => {
     }))
 })
 
+describe("grouped appends on PostgreSQL, arriving one by one (design 0350, decision 4)", () => {
+  it.scoped("runs stepping out of lockstep still share statements: while two are in flight the next appends wait and go together", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const layer = SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 8 })
+      const context = yield* Layer.build(Layer.merge(layer, SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 1 })))
+      const store = Context.get(context, RunLogStore.RunLogStore)
+      const sql = Context.get(context, SqlClient.SqlClient)
+      const runs = names(12, "staggered")
+      yield* Effect.forEach(runs, (r) => Effect.zipRight(store.claim(r), store.start(F.started(r))), { discard: true })
+      // Each run appends 6 replies one after another, each next one when its previous returned;
+      // the runs start in different scheduler turns, so no two appends are ever submitted in one.
+      const appends = 6
+      const fibers = []
+      for (const r of runs) {
+        fibers.push(yield* Effect.fork(Effect.forEach(Array.from({ length: appends }, (_, k) => k + 1), (seq) => store.appendReply(r, F.replied(seq, 0)), { discard: true })))
+        yield* Effect.yieldNow()
+      }
+      yield* Effect.forEach(fibers, Fiber.join, { discard: true })
+      for (const r of runs) assert.strictEqual((yield* store.readLog(r, { verify: true })).replies.length, appends)
+      // 72 appends; one statement each would be 72 transaction ids. With batches waiting for a
+      // slot they share statements: far fewer.
+      const xids = yield* sql<{ n: number | string }>`SELECT count(DISTINCT xmin::text) AS n FROM polyloop_records WHERE seq >= 1`
+      const transactions = Number(xids[0]!.n)
+      assert.isBelow(transactions, (runs.length * appends) / 2, `${transactions} transactions for ${runs.length * appends} appends`)
+    }))
+})
+
 describe("PostgreSQL listing reads payloads as json, not jsonb", () => {
   // jsonb refuses the escape \u0000 that a task (or any text) may hold: a listing of such a run
   // failed with "unsupported Unicode escape sequence" (found by the contract's property).
@@ -225,5 +253,75 @@ describe("GroupCommit.batcher", () => {
       groups.length = 0
       assert.strictEqual(yield* batcher.submit(7), 70)
       assert.deepStrictEqual(groups, [])
+    }))
+
+  it.effect("with inFlight, entries arriving one by one while batches are in flight join the next batch; nothing waits on an idle batcher (decision 4)", () =>
+    Effect.gen(function*() {
+      const made: Array<ReadonlyArray<number>> = []
+      // Each call (group or alone) stays in flight until the test opens its gate.
+      const gates: Array<Deferred.Deferred<void>> = []
+      const inFlightCall = (inputs: ReadonlyArray<number>) =>
+        Effect.gen(function*() {
+          made.push(inputs)
+          const gate = yield* Deferred.make<void>()
+          gates.push(gate)
+          yield* Deferred.await(gate)
+          return inputs.map((n) => n * 10)
+        })
+      const batcher = GroupCommit.batcher<number, number, string>({
+        group: inFlightCall,
+        alone: (n) => Effect.map(inFlightCall([n]), (answers) => answers[0]!),
+        maxBatch: 100,
+        inFlight: 2
+      })
+      const settle = Effect.repeatN(Effect.yieldNow(), 20)
+      // Daemons: a failed assertion must not wait for fibers held in an uninterruptible batch.
+      // Two entries, each alone in its scheduler turn: both are made at once (two slots).
+      const a = yield* Effect.forkDaemon(batcher.submit(1))
+      yield* settle
+      const b = yield* Effect.forkDaemon(batcher.submit(2))
+      yield* settle
+      assert.deepStrictEqual(made, [[1], [2]])
+      // Both slots taken: five entries arriving in five different turns wait, and are one batch.
+      const later: Array<Fiber.RuntimeFiber<number, string>> = []
+      for (const n of [3, 4, 5, 6, 7]) {
+        later.push(yield* Effect.forkDaemon(batcher.submit(n)))
+        yield* settle
+      }
+      assert.deepStrictEqual(made, [[1], [2]])
+      yield* Deferred.succeed(gates[0]!, undefined)
+      yield* settle
+      assert.deepStrictEqual(made, [[1], [2], [3, 4, 5, 6, 7]])
+      assert.strictEqual(yield* Fiber.join(a), 10)
+      yield* Deferred.succeed(gates[1]!, undefined)
+      yield* Deferred.succeed(gates[2]!, undefined)
+      assert.strictEqual(yield* Fiber.join(b), 20)
+      assert.deepStrictEqual(yield* Effect.forEach(later, Fiber.join), [30, 40, 50, 60, 70])
+      // Idle again: a lone entry is made at once.
+      const c = yield* Effect.forkDaemon(batcher.submit(8))
+      yield* settle
+      assert.deepStrictEqual(made.at(-1), [8])
+      yield* Deferred.succeed(gates[3]!, undefined)
+      assert.strictEqual(yield* Fiber.join(c), 80)
+    }))
+
+  it.effect("without inFlight, batches never wait for each other (SQLite's claims)", () =>
+    Effect.gen(function*() {
+      const made: Array<ReadonlyArray<number>> = []
+      const gate = yield* Deferred.make<void>()
+      const call = (inputs: ReadonlyArray<number>) => Effect.as(Effect.zipRight(Effect.sync(() => made.push(inputs)), Deferred.await(gate)), inputs)
+      const batcher = GroupCommit.batcher<number, number, string>({
+        group: call,
+        alone: (n) => Effect.as(call([n]), n),
+        maxBatch: 100
+      })
+      const fibers: Array<Fiber.RuntimeFiber<number, string>> = []
+      for (const n of [1, 2, 3]) {
+        fibers.push(yield* Effect.forkDaemon(batcher.submit(n)))
+        yield* Effect.repeatN(Effect.yieldNow(), 20)
+      }
+      assert.deepStrictEqual(made, [[1], [2], [3]])
+      yield* Deferred.succeed(gate, undefined)
+      assert.deepStrictEqual(yield* Effect.forEach(fibers, Fiber.join), [1, 2, 3])
     }))
 })

@@ -99,6 +99,9 @@ export const make = (
   return { submit }
 }
 
+/** Batches a PostgreSQL store makes at once per batcher (design 0350, decision 4). */
+export const pgBatchesInFlight = 2
+
 /** An entry waiting for the next batch: its input, and where its outcome goes. */
 interface Pending<I, A, E> {
   readonly input: I
@@ -111,13 +114,19 @@ interface Pending<I, A, E> {
  * most `maxBatch` entries a call), which answers every entry in order; if it fails, every entry
  * of it is made `alone`. A batch of one is made `alone`. The maker runs uninterruptibly, so each
  * outcome handed to a waiter is its statement's own, never an interruption.
+ *
+ * With `inFlight` (decision 4), at most that many batches are being made at once: a batch's
+ * first entry waits for a slot, and every entry submitted meanwhile joins its batch. Without it,
+ * batches never wait for each other.
  */
 export const batcher = <I, A, E>(options: {
   readonly group: (inputs: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<A>, E>
   readonly alone: (input: I) => Effect.Effect<A, E>
   readonly maxBatch: number
+  readonly inFlight?: number | undefined
 }): { readonly submit: (input: I) => Effect.Effect<A, E> } => {
   let waiting: Array<Pending<I, A, E>> = []
+  const slots = options.inFlight === undefined ? undefined : Effect.unsafeMakeSemaphore(options.inFlight)
   const alone = (entry: Pending<I, A, E>) => Effect.flatMap(Effect.exit(options.alone(entry.input)), (exit) => Deferred.done(entry.done, exit))
   const makeBatch = (batch: ReadonlyArray<Pending<I, A, E>>): Effect.Effect<void> => {
     if (batch.length === 1) return alone(batch[0]!)
@@ -139,7 +148,8 @@ export const batcher = <I, A, E>(options: {
       const done = Deferred.unsafeMake<A, E>(FiberId.none)
       waiting.push({ input, done })
       if (waiting.length > 1) return Deferred.await(done)
-      return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), Deferred.await(done))
+      const lead = Effect.zipRight(Effect.yieldNow(), flush)
+      return Effect.zipRight(Effect.uninterruptible(slots === undefined ? lead : slots.withPermits(1)(lead)), Deferred.await(done))
     })
   return { submit }
 }

@@ -182,10 +182,13 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
       return claims.map((c) => after.get(c.runId) ?? "")
     })
 
+  // PostgreSQL: a batch waits while two are in flight, so claims arriving one by one still meet (decision 4).
+  const inFlight = sql.onDialectOrElse({ pg: () => GroupCommit.pgBatchesInFlight, orElse: () => undefined })
   const takeLeaseGrouped = GroupCommit.batcher<Claiming, string, SqlError>({
     group: takeLeases,
     alone: (c) => takeLeaseAlone(c.runId, c.owner),
-    maxBatch: maxGroupedClaims
+    maxBatch: maxGroupedClaims,
+    inFlight
   })
 
   const releaseGrouped = GroupCommit.batcher<Claiming, void, SqlError>({
@@ -195,7 +198,8 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
         releases.map(() => undefined)
       ),
     alone: (r) => Effect.asVoid(query(releaseClaimSql, [r.runId, r.owner])),
-    maxBatch: maxGroupedClaims
+    maxBatch: maxGroupedClaims,
+    inFlight
   })
 
   const renewLease = (runId: RunId, owner: string) =>

@@ -204,7 +204,8 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
       })
     },
     alone: (a) => a.alone,
-    maxBatch: maxGroupedAppends
+    maxBatch: maxGroupedAppends,
+    inFlight: GroupCommit.pgBatchesInFlight
   })
 
   return (runId, records, owner) => {
