@@ -117,11 +117,12 @@ const freePort = async (): Promise<number> => {
   })
 }
 
-const spawnRunner = (url: string, id: string, port: number): { child: ChildProcess; ready: Promise<void>; exited: Promise<void> } => {
+const spawnRunner = (url: string, id: string, port: number, floor: boolean): { child: ChildProcess; ready: Promise<void>; exited: Promise<void> } => {
   // `POLYLOOP_BENCH_RUNNER_ARGS`: extra node arguments for the runners (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`).
   const extra = (process.env["POLYLOOP_BENCH_RUNNER_ARGS"] ?? "").split(" ").filter((a) => a !== "")
   const child = spawn(process.execPath, [...extra, "--conditions=@polyloop/source", "--import", "tsx", path.join(benchDir, "lib", "cluster-runner.ts"), url, id, String(port), String(STEPS)], {
     cwd: repoRoot,
+    env: { ...process.env, POLYLOOP_BENCH_CLUSTER_FLOOR: floor ? "1" : "0" },
     stdio: ["ignore", "pipe", "inherit"]
   })
   const exited = new Promise<void>((resolve) => child.on("close", () => resolve()))
@@ -168,8 +169,11 @@ const pgFigure = (serverUrl: string, concurrency: number): Effect.Effect<Figure,
     }
   }))
 
-/** `RUNS` runs through a cluster of `runners` runner processes on a fresh database. */
-const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure, unknown> =>
+/**
+ * `RUNS` runs through a cluster of `runners` runner processes on a fresh database. `floor`: the
+ * entity runs nothing (`cluster-runner.ts`): `@effect/cluster`'s own cost of a run's message.
+ */
+const clusterFigure = (serverUrl: string, runners: number, floor = false): Effect.Effect<Figure, unknown> =>
   Effect.scoped(Effect.gen(function*() {
     const name = `bench_cluster_${runners}_${Date.now().toString(36)}`
     const pg = yield* admin(serverUrl)
@@ -179,7 +183,7 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
     const url = parsed.toString()
     const procs = yield* Effect.forEach(Array.from({ length: runners }, (_, i) => i), (i) =>
       Effect.acquireRelease(
-        Effect.promise(() => freePort()).pipe(Effect.map((port) => spawnRunner(url, `runner-${i}`, port))),
+        Effect.promise(() => freePort()).pipe(Effect.map((port) => spawnRunner(url, `runner-${i}`, port, floor))),
         (runner) => Effect.promise(() => {
           runner.child.kill("SIGTERM")
           return runner.exited
@@ -208,7 +212,9 @@ const clusterFigure = (serverUrl: string, runners: number): Effect.Effect<Figure
       )
       const seconds = (now() - start) / 1000
       return {
-        setup: `cluster, ${runners} runner process${runners === 1 ? "" : "es"} (${maxConcurrentRuns} runs at once each), PostgreSQL`,
+        setup: floor
+          ? `cluster floor, ${runners} runner process${runners === 1 ? "" : "es"}: the entity runs nothing, records Finished and replies`
+          : `cluster, ${runners} runner process${runners === 1 ? "" : "es"} (${maxConcurrentRuns} runs at once each), PostgreSQL`,
         runs: RUNS,
         seconds: round(seconds, 2),
         runsPerSecond: round(RUNS / seconds),
@@ -260,6 +266,10 @@ const main = async () => {
       log(`cluster with ${runners} runner(s)`)
       figures.push(await Effect.runPromise(clusterFigure(serverUrl, runners)))
     }
+    if (!PIN) {
+      log("cluster floor (1 runner, no runs)")
+      figures.push(await Effect.runPromise(clusterFigure(serverUrl, 1, true)))
+    }
     const load = os.loadavg().map((l) => l.toFixed(1)).join(" / ")
     const machine = `${os.cpus()[0]?.model ?? "unknown"}, ${os.availableParallelism()} cores, Node ${process.version}, load average at the end ${load} (1/5/15 min)`
     const result = { date: new Date().toISOString(), machine, runs: RUNS, steps: STEPS, pinned: PIN, figures }
@@ -301,7 +311,12 @@ const writeClusterMd = () => {
   const table = renderTable(figures)
   const store = figures.find((f) => f.setup.startsWith("PostgreSQL store"))
   const one = figures.find((f) => f.setup.startsWith("cluster, 1 runner process "))
-  const overhead = store !== undefined && one !== undefined ? `\n\nA run through the cluster (1 runner) costs **${(store.runsPerSecond / one.runsPerSecond).toFixed(2)}×** a run of the PostgreSQL store alone in one process (runs/s of the two figures).` : ""
+  const floor = figures.find((f) => f.setup.startsWith("cluster floor, 1 runner"))
+  const perRun = (f: Figure) => (f.cpuMsPerStep === undefined ? undefined : (f.cpuMsPerStep.runners + (f.cpuMsPerStep.postgres ?? 0)) * STEPS_)
+  const floorText = floor === undefined || store === undefined || perRun(floor) === undefined
+    ? ""
+    : ` The floor under that: with the entity running nothing (it records \`Finished\` and replies), a run's message costs the runner and PostgreSQL **${perRun(floor)!.toFixed(1)} CPU ms**, against **${((store.cpuMsPerStep!.client + (store.cpuMsPerStep!.postgres ?? 0)) * STEPS_).toFixed(1)} ms** for the whole ${STEPS_}-step run on the store alone (its process and PostgreSQL) and **${one === undefined || perRun(one) === undefined ? "?" : perRun(one)!.toFixed(1)} ms** through the cluster.`
+  const overhead = store !== undefined && one !== undefined ? `\n\nA run through the cluster (1 runner) costs **${(store.runsPerSecond / one.runsPerSecond).toFixed(2)}×** a run of the PostgreSQL store alone in one process (runs/s of the two figures).${floorText}` : ""
   const notes = path.join(benchDir, "CLUSTER-NOTES.md")
   fs.writeFileSync(
     path.join(benchDir, "CLUSTER.md"),

@@ -5,7 +5,12 @@
  * prints `ready <id>`, serves until SIGTERM.
  */
 import { NodeRuntime } from "@effect/platform-node"
+import * as Entity from "@effect/cluster/Entity"
 import * as ClusterRunner from "@polyloop/cluster/ClusterRunner"
+import * as RunEntity from "@polyloop/cluster/RunEntity"
+import * as RunIndex from "@polyloop/cluster/RunIndex"
+import * as Agent from "@polyloop/core/Agent"
+import { runId as makeRunId } from "@polyloop/core/Ids"
 import * as DecisionParser from "@polyloop/core/DecisionParser"
 import * as EventSink from "@polyloop/core/EventSink"
 import * as ModelClient from "@polyloop/core/ModelClient"
@@ -19,30 +24,20 @@ import * as LogLevel from "effect/LogLevel"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import * as fs from "node:fs"
-import { createRequire } from "node:module"
 import { clusterTimings, maxConcurrentRuns, shardsPerGroup } from "./cluster-settings.js"
 import * as F from "./fixtures.js"
+import * as PgCount from "./pgCount.js"
 
 const [url, id, port, steps] = process.argv.slice(2)
 
 // `POLYLOOP_BENCH_COUNT_QUERIES=<file>`: every statement this runner sends PostgreSQL is counted
-// by its text (the first 100 characters), written as JSON to `<file>.<id>` when the runner stops.
+// by its text, written as JSON to `<file>.<id>.<pid>` when the runner stops.
 const countFile = process.env["POLYLOOP_BENCH_COUNT_QUERIES"]
 if (countFile !== undefined && countFile !== "") {
-  const counts = new Map<string, number>()
-  // `pg` (under `@effect/sql-pg`, no types of its own here): its `Client.prototype.query`.
-  const pg = createRequire(import.meta.url)("pg") as { readonly Client: { readonly prototype: { query: (...args: Array<unknown>) => unknown } } }
-  const proto = pg.Client.prototype
-  const original = proto.query
-  proto.query = function(this: unknown, ...args: Array<unknown>) {
-    const first = args[0]
-    const text = typeof first === "string" ? first : typeof first === "object" && first !== null && "text" in first ? String((first as { text: unknown }).text) : "?"
-    const key = text.replace(/\s+/g, " ").slice(0, 100)
-    counts.set(key, (counts.get(key) ?? 0) + 1)
-    return original.apply(this, args)
-  }
-  process.on("exit", () => fs.writeFileSync(`${countFile}.${id}.${process.pid}`, JSON.stringify([...counts].sort((a, b) => b[1] - a[1]), null, 1)))
+  const counter = PgCount.install()
+  process.on("exit", () => fs.writeFileSync(`${countFile}.${id}.${process.pid}`, JSON.stringify(counter.counts(), null, 1)))
 }
+
 if (url === undefined || id === undefined || port === undefined || steps === undefined) {
   process.stderr.write("usage: cluster-runner <url> <id> <port> <steps>\n")
   process.exit(2)
@@ -56,11 +51,42 @@ const services = Layer.mergeAll(
     )
   )
 )
-const runner = ClusterRunner.layer({
+/**
+ * `POLYLOOP_BENCH_CLUSTER_FLOOR=1`: the entity does no run at all — `Start` records `Finished` in
+ * the run index (the one write the client waits for) and replies. What the runner then spends
+ * per run is `@effect/cluster`'s own cost of a persisted message and its reply, plus that write:
+ * the floor under the cluster's overhead (design 0350).
+ */
+const floor = process.env["POLYLOOP_BENCH_CLUSTER_FLOOR"] === "1"
+const floorEntity = Layer.unwrapEffect(Effect.gen(function*() {
+  yield* RunIndex.migrate
+  return RunEntity.RunEntity.toLayer(Effect.gen(function*() {
+    const address = yield* Entity.CurrentAddress
+    const runId = makeRunId(address.entityId)
+    const result: Agent.RunResult = {
+      runId,
+      stopReason: { _tag: "Completed", by: "Tool" },
+      steps: Number(steps),
+      effectiveSteps: Number(steps),
+      usage: { inputTokens: 0, outputTokens: 0 },
+      resumedCount: 0,
+      eventDeliveryFailures: 0
+    }
+    const outcome = JSON.stringify(Schema.encodeSync(Agent.RunResult)(result))
+    return RunEntity.RunEntity.of({
+      Start: () => Effect.as(Effect.orDie(RunIndex.transition(runId, "{}", { status: "Finished", outcome })), result),
+      Send: () => Effect.die("floor runner: no conversations"),
+      Decide: () => Effect.die("floor runner: no decisions"),
+      Status: () => Effect.succeed({ runId, state: "Idle" as const, runner: "floor", attempts: 0 })
+    })
+  }), { concurrency: "unbounded" })
+}))
+
+const runner = (floor ? floorEntity : ClusterRunner.layer({
   payload: Schema.Struct({}),
   resolve: (_payload, runId) => Effect.map(Effect.orDie(F.tools.executor()), (executor) => ({ request: F.request(runId, Number(steps)), executor })),
   maxConcurrentRuns
-}).pipe(
+})).pipe(
   Layer.provideMerge(
     ClusterRunner.layerSocket({ host: "127.0.0.1", port: Number(port), timings: clusterTimings, shardsPerGroup }).pipe(Layer.provide(pool(6)))
   ),

@@ -16,6 +16,7 @@ import { fileURLToPath, pathToFileURL } from "node:url"
 import * as Cpu from "../lib/cpu.js"
 import * as F from "../lib/fixtures.js"
 import { option } from "../lib/measure.js"
+import * as PgCount from "../lib/pgCount.js"
 
 const RUNS = Number(option("--runs") ?? 300)
 const STEPS = 5
@@ -26,6 +27,8 @@ interface PgServerModule {
 }
 
 const main = async () => {
+  // `--count`: the statements sent, by text, per run (design 0350).
+  const counter = process.argv.includes("--count") ? PgCount.install() : undefined
   const PgServer = (await import(pathToFileURL(path.join(repoRoot, "test", "support", "pg-server.ts")).href)) as PgServerModule
   const server = await PgServer.start({ database: "profile" })
   const postmaster = Cpu.postmasterPid(server.dataDir)
@@ -44,6 +47,10 @@ const main = async () => {
         const c = process.cpuUsage(c0)
         const steps = RUNS * STEPS
         process.stdout.write(`runs/s ${(RUNS / seconds).toFixed(1)}  process ms/step ${((c.user + c.system) / 1000 / steps).toFixed(2)}  postgres ms/step ${((Cpu.treeCpuMs(postmaster) - pg0) / steps).toFixed(2)}\n`)
+        if (counter !== undefined) {
+          process.stdout.write(`statements so far: ${counter.total()} (${(counter.total() / (RUNS * (rep + 1))).toFixed(1)} a run)\n`)
+          if (rep === 2) for (const [text, n] of counter.counts().slice(0, 12)) process.stdout.write(`  ${String(n).padStart(6)}  ${text}\n`)
+        }
       })))
     }
   } finally {
