@@ -14,7 +14,7 @@ import { withSqlite } from "../lib/store.js"
 const RUNS = Number(process.argv[2] ?? 1000)
 const STEPS = Number(process.argv[3] ?? 4)
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-many-sqlite-"))
-for (let rep = 0; rep < 3; rep++) {
+for (let rep = 0; rep < Number(process.env["REPS"] ?? 3); rep++) {
   const t0 = performance.now()
   const c0 = process.cpuUsage()
   await withSqlite(path.join(dir, `r${rep}.db`), (store) =>

@@ -16,6 +16,7 @@ import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
@@ -303,6 +304,43 @@ describe("GroupCommit.batcher", () => {
       assert.deepStrictEqual(made.at(-1), [8])
       yield* Deferred.succeed(gates[3]!, undefined)
       assert.strictEqual(yield* Fiber.join(c), 80)
+    }))
+
+  it.effect("an entry interrupted while its batch is in flight ends interrupted, not with a value; the batch's other entries get their answers (decision 5)", () =>
+    Effect.gen(function*() {
+      const gate = yield* Deferred.make<void>()
+      let calls = 0
+      const batcher = GroupCommit.batcher<number, number, string>({
+        group: (inputs) => Effect.as(Effect.zipRight(Effect.sync(() => calls++), Deferred.await(gate)), inputs.map((n) => n + 100)),
+        alone: (n) => Effect.succeed(n),
+        maxBatch: 100
+      })
+      const fibers = yield* Effect.forEach([1, 2, 3], (n) => Effect.forkDaemon(batcher.submit(n)))
+      yield* Effect.repeatN(Effect.yieldNow(), 20)
+      assert.strictEqual(calls, 1)
+      // The second entry waits for the batch: interrupting it ends it interrupted at once.
+      const exit = yield* Fiber.interrupt(fibers[1]!)
+      assert.isTrue(Exit.isInterrupted(exit))
+      yield* Deferred.succeed(gate, undefined)
+      assert.strictEqual(yield* Fiber.join(fibers[0]!), 101)
+      assert.strictEqual(yield* Fiber.join(fibers[2]!), 103)
+      assert.strictEqual(calls, 1)
+    }))
+
+  it.effect("the append committer: an append interrupted while it waits for its group ends interrupted; the group is still written once for all", () =>
+    Effect.gen(function*() {
+      const gate = yield* Deferred.make<void>()
+      const writes: Array<number> = []
+      const committer = GroupCommit.make((_params, rows) => Effect.zipRight(Effect.sync(() => writes.push(rows)), Deferred.await(gate)))
+      const fibers = yield* Effect.forEach([1, 2, 3], (n) => Effect.forkDaemon(committer.submit([n], 1)))
+      yield* Effect.repeatN(Effect.yieldNow(), 20)
+      assert.deepStrictEqual(writes, [3])
+      const exit = yield* Fiber.interrupt(fibers[2]!)
+      assert.isTrue(Exit.isInterrupted(exit))
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(fibers[0]!)
+      yield* Fiber.join(fibers[1]!)
+      assert.deepStrictEqual(writes, [3])
     }))
 
   it.effect("without inFlight, batches never wait for each other (SQLite's claims)", () =>

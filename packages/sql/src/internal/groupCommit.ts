@@ -20,11 +20,47 @@
  * @internal
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as FiberId from "effect/FiberId"
 import type { Param } from "./statements.js"
+
+/**
+ * Where one waiting entry's outcome goes: set once by the group's maker, awaited by the entry's
+ * own fiber. A `Deferred` did this before; each one copies Effect's whole prototype into a new
+ * object and keeps a list of joiners, which at a thousand runs' appends a round was a measured
+ * share of the store's time and garbage (design 0350, decision 5). One awaiter, one outcome: a
+ * cell and `Effect.async` are enough. An awaiter interrupted while it waits leaves the cell; the
+ * outcome set later is dropped, as a `Deferred`'s would be.
+ */
+interface Outcome<A, E> {
+  exit: Exit.Exit<A, E> | undefined
+  resume: ((effect: Effect.Effect<A, E>) => void) | undefined
+}
+
+const outcome = <A, E>(): Outcome<A, E> => ({ exit: undefined, resume: undefined })
+
+/** Sets the outcome (the first time only) and wakes its awaiter if it is waiting. */
+const settle = <A, E>(cell: Outcome<A, E>, exit: Exit.Exit<A, E>): void => {
+  if (cell.exit !== undefined) return
+  cell.exit = exit
+  const resume = cell.resume
+  if (resume !== undefined) {
+    cell.resume = undefined
+    resume(exit)
+  }
+}
+
+/** The outcome, at once if it is set, else when it is. */
+const awaitOutcome = <A, E>(cell: Outcome<A, E>): Effect.Effect<A, E> =>
+  Effect.suspend(() =>
+    cell.exit !== undefined ? cell.exit : Effect.async<A, E>((resume) => {
+      if (cell.exit !== undefined) return resume(cell.exit)
+      cell.resume = resume
+      return Effect.sync(() => {
+        cell.resume = undefined
+      })
+    })
+  )
 
 /** Rows per group statement at most (15 parameters a row; SQLite allows 32,766 per statement). */
 export const maxGroupRows = 1_000
@@ -33,7 +69,7 @@ export const maxGroupRows = 1_000
 interface Waiting {
   readonly params: ReadonlyArray<Param>
   readonly rows: number
-  readonly done: Deferred.Deferred<void, SqlError>
+  readonly done: Outcome<void, SqlError>
 }
 
 /**
@@ -52,7 +88,7 @@ export const make = (
    * statement's own (success, `SqlError` or defect, passed on unchanged), never an interruption.
    */
   const writeGroup = (group: ReadonlyArray<Waiting>): Effect.Effect<void> => {
-    const alone = (entry: Waiting) => Effect.flatMap(Effect.exit(write(entry.params, entry.rows)), (exit) => Deferred.done(entry.done, exit))
+    const alone = (entry: Waiting) => Effect.map(Effect.exit(write(entry.params, entry.rows)), (exit) => settle(entry.done, exit))
     if (group.length === 1) return alone(group[0]!)
     const params: Array<Param> = []
     let rows = 0
@@ -62,7 +98,9 @@ export const make = (
     }
     return Effect.flatMap(Effect.exit(write(params, rows)), (exit) =>
       Exit.isSuccess(exit)
-        ? Effect.forEach(group, (entry) => Deferred.done(entry.done, exit), { discard: true })
+        ? Effect.sync(() => {
+          for (const entry of group) settle(entry.done, exit)
+        })
         // One append's refusal (a gap, a lost lease, a duplicate) or a storage failure undoes
         // the whole statement: each append is written again alone, and gets its own outcome.
         : Effect.forEach(group, alone, { discard: true }))
@@ -90,10 +128,10 @@ export const make = (
 
   const submit = (params: ReadonlyArray<Param>, rows: number): Effect.Effect<void, SqlError> =>
     Effect.suspend(() => {
-      const done = Deferred.unsafeMake<void, SqlError>(FiberId.none)
+      const done = outcome<void, SqlError>()
       waiting.push({ params, rows, done })
-      if (waiting.length > 1) return Deferred.await(done)
-      return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), Deferred.await(done))
+      if (waiting.length > 1) return awaitOutcome(done)
+      return Effect.zipRight(Effect.uninterruptible(Effect.zipRight(Effect.yieldNow(), flush)), awaitOutcome(done))
     })
 
   return { submit }
@@ -105,7 +143,7 @@ export const pgBatchesInFlight = 2
 /** An entry waiting for the next batch: its input, and where its outcome goes. */
 interface Pending<I, A, E> {
   readonly input: I
-  readonly done: Deferred.Deferred<A, E>
+  readonly done: Outcome<A, E>
 }
 
 /**
@@ -127,13 +165,15 @@ export const batcher = <I, A, E>(options: {
 }): { readonly submit: (input: I) => Effect.Effect<A, E> } => {
   let waiting: Array<Pending<I, A, E>> = []
   const slots = options.inFlight === undefined ? undefined : Effect.unsafeMakeSemaphore(options.inFlight)
-  const alone = (entry: Pending<I, A, E>) => Effect.flatMap(Effect.exit(options.alone(entry.input)), (exit) => Deferred.done(entry.done, exit))
+  const alone = (entry: Pending<I, A, E>) => Effect.map(Effect.exit(options.alone(entry.input)), (exit) => settle(entry.done, exit))
   const makeBatch = (batch: ReadonlyArray<Pending<I, A, E>>): Effect.Effect<void> => {
     if (batch.length === 1) return alone(batch[0]!)
     return Effect.flatMap(Effect.exit(options.group(batch.map((entry) => entry.input))), (exit) => {
       if (Exit.isFailure(exit) || exit.value.length !== batch.length) return Effect.forEach(batch, alone, { discard: true })
       const answers = exit.value
-      return Effect.forEach(batch, (entry, i) => Deferred.succeed(entry.done, answers[i]!), { discard: true })
+      return Effect.sync(() => {
+        for (let i = 0; i < batch.length; i++) settle(batch[i]!.done, Exit.succeed(answers[i]!))
+      })
     })
   }
   const flush: Effect.Effect<void> = Effect.suspend(() => {
@@ -145,11 +185,11 @@ export const batcher = <I, A, E>(options: {
   })
   const submit = (input: I): Effect.Effect<A, E> =>
     Effect.suspend(() => {
-      const done = Deferred.unsafeMake<A, E>(FiberId.none)
+      const done = outcome<A, E>()
       waiting.push({ input, done })
-      if (waiting.length > 1) return Deferred.await(done)
+      if (waiting.length > 1) return awaitOutcome(done)
       const lead = Effect.zipRight(Effect.yieldNow(), flush)
-      return Effect.zipRight(Effect.uninterruptible(slots === undefined ? lead : slots.withPermits(1)(lead)), Deferred.await(done))
+      return Effect.zipRight(Effect.uninterruptible(slots === undefined ? lead : slots.withPermits(1)(lead)), awaitOutcome(done))
     })
   return { submit }
 }
