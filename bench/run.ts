@@ -84,6 +84,17 @@ const render = (): void => {
   process.stdout.write(`${table}\n\n${renderTargets(results)}\n`)
 }
 
+/**
+ * Which build of the packages this process runs: `npm run bench` builds them (`tsc -b`) and
+ * measures the compiled JavaScript in each `packages/<name>/dist`, what an application importing
+ * `@polyloop/core` runs; under `--conditions=@polyloop/source` it is the TypeScript sources as
+ * tsx transforms them (with esbuild's `keepNames`, a `defineProperty` per named closure made).
+ */
+const measuredCode = (): string => {
+  const resolved = import.meta.resolve("@polyloop/core/Agent")
+  return resolved.includes("/dist/") ? "compiled packages (packages/<name>/dist, tsc -b)" : "TypeScript sources through tsx (--conditions=@polyloop/source)"
+}
+
 const main = async (): Promise<void> => {
   if (process.argv.includes("--render")) return render()
   const dir = Raw.dataDir(benchDir)
@@ -97,6 +108,7 @@ const main = async (): Promise<void> => {
     dataFs: Raw.fsType(dir),
     loadAverageAtStart: load.map((l) => round(l, 2)),
     commit: commit(),
+    code: measuredCode(),
     date: new Date().toISOString()
   }
   log(`machine: ${JSON.stringify(machine)}`)
@@ -124,7 +136,7 @@ const main = async (): Promise<void> => {
   log("5/6 many runs")
   const many = await Many.run(dir, quick
     ? { runs: 100, memorySteps: 20, sqliteSteps: 4, reps: { warmup: 1, reps: 2 }, sqliteReps: { warmup: 0, reps: 2 } }
-    : { runs: 1000, memorySteps: 20, sqliteSteps: 4, reps: { warmup: 1, reps: 3 }, sqliteReps: { warmup: 0, reps: 3 } })
+    : { runs: 1000, memorySteps: 20, sqliteSteps: 4, reps: { warmup: 1, reps: 3 }, sqliteReps: { warmup: 1, reps: 3 } })
 
   log("6/6 history rendering")
   const history = await History.run(quick ? [10, 1000] : [10, 1000, 10_000], quick ? { warmup: 1, reps: 2 } : { warmup: 1, reps: 5 })
@@ -302,6 +314,7 @@ const renderReadme = (r: Results, table: string, reading: string): string => {
     `- node ${String(m.node)}, nproc ${String(m.nproc)}, CPU: ${String(m.cpu)}, ${String(m.memoryGiB)} GiB; databases on ${String(m.dataFs)} (fsync reaches the virtual disk)`,
     `- load average at start ${JSON.stringify(m.loadAverageAtStart)}, at end ${JSON.stringify(r.loadAverageAtEnd)} — **the machine is shared with other engineers' test runs**`,
     `- commit ${String(m.commit)}, ${String(m.date)}, run took ${r.durationSeconds} s`,
+    `- code measured: ${m.code === undefined ? "TypeScript sources through tsx (--conditions=@polyloop/source)" : String(m.code)}`,
     ""
   ].join("\n")
 }
