@@ -306,7 +306,7 @@ describe("GroupCommit.batcher", () => {
       assert.strictEqual(yield* Fiber.join(c), 80)
     }))
 
-  it.effect("an entry interrupted while its batch is in flight ends interrupted, not with a value; the batch's other entries get their answers (decision 5)", () =>
+  it.effect("an entry interrupted while its batch is in flight ends interrupted, not with a value; the batch's other entries get their answers (design 0350, outcome cells)", () =>
     Effect.gen(function*() {
       const gate = yield* Deferred.make<void>()
       let calls = 0

@@ -28,7 +28,7 @@ import type { Param } from "./statements.js"
  * Where one waiting entry's outcome goes: set once by the group's maker, awaited by the entry's
  * own fiber. A `Deferred` did this before; each one copies Effect's whole prototype into a new
  * object and keeps a list of joiners, which at a thousand runs' appends a round was a measured
- * share of the store's time and garbage (design 0350, decision 5). One awaiter, one outcome: a
+ * share of the store's time and garbage (design 0350, "Outcome cells"). One awaiter, one outcome: a
  * cell and `Effect.async` are enough. An awaiter interrupted while it waits leaves the cell; the
  * outcome set later is dropped, as a `Deferred`'s would be.
  */
