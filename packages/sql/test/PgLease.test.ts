@@ -98,6 +98,28 @@ describe.sequential("claims on PostgreSQL are leases", () => {
       yield* Effect.scoped(b.claim(r))
     }))
 
+  it.scoped("one heartbeat for the store (design 0350): 30 claims held sleep as one fiber on the TestClock, and each beat renews every lease — another worker stays RunBusy on all of them past the lease duration", () =>
+    Effect.gen(function*() {
+      const url = yield* freshSchemaUrl
+      const a = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
+      const b = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
+      const runs = Array.from({ length: 30 }, (_, i) => runId(`beat-${i}`))
+      const scope = yield* Scope.make()
+      yield* Effect.forEach(runs, (r) => a.claim(r).pipe(Scope.extend(scope)), { concurrency: "unbounded", discard: true })
+      yield* untilSleepingUntil(100)
+      // One heartbeat sleeps for the 30 claims (a fiber a claim slept 30 times over).
+      assert.strictEqual(Array.from(yield* TestClock.sleeps()).filter((t) => t === 100).length, 1)
+      for (let beat = 1; beat <= 25; beat++) {
+        yield* untilSleepingUntil(beat * 100)
+        yield* TestClock.adjust(Duration.millis(100))
+      }
+      yield* untilSleepingUntil(2600)
+      const busy = yield* Effect.forEach(runs, (r) => Effect.flip(Effect.scoped(b.claim(r))))
+      assert.deepStrictEqual(busy.map((e) => e._tag), runs.map(() => "RunBusy"))
+      yield* Scope.close(scope, Exit.void)
+      yield* Effect.forEach(runs, (r) => Effect.scoped(b.claim(r)), { discard: true })
+    }))
+
   it.scoped("a holder that stops renewing loses the run after its lease expires; its next write is fenced by the lease owner (TestClock)", () =>
     Effect.gen(function*() {
       const url = yield* freshSchemaUrl

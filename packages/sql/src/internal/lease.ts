@@ -5,8 +5,9 @@
  * (`<host>:<pid>:<n>:<random>`) takes a lease that is free, expired, or — with
  * `reclaimDeadLocalOwners` — held by a process of this machine that no longer runs (dead-owner
  * detection: `isDeadLocalOwner`); then the holder is read back, and a live other holder is
- * `RunBusy`. A heartbeat fiber renews the lease while the claim's scope is open, and closing
- * the scope deletes it. No transaction: every step is one statement, so on SQLite the store can
+ * `RunBusy`. The store's one heartbeat fiber renews every lease it holds while their claims'
+ * scopes are open (one fiber a store, not one a claim: design 0350), and closing a claim's scope
+ * deletes its lease. No transaction: every step is one statement, so on SQLite the store can
  * hold its one connection (see `sqlite.ts`).
  *
  * The dialects fence appends with the lease: atomically with the append, the lease row must
@@ -25,6 +26,7 @@ import type { RunId } from "@polyloop/core/Ids"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Predicate from "effect/Predicate"
 import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
@@ -202,20 +204,79 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
     inFlight
   })
 
+  /** A lost lease is reported once a renewal read its holder, if the store still holds the run as `owner`. */
+  const reportLost = (runId: string, owner: string, current: string) =>
+    current === owner || held.get(runId) !== owner
+      ? Effect.void
+      : Effect.logWarning(`run ${runId}: the claim's lease was lost (now held by ${current === "" ? "nobody" : current}); another writer may take over`)
+
+  /** Renews one lease: its `UPDATE`, then a read of its holder (the statements of a store holding one claim). */
   const renewLease = (runId: RunId, owner: string) =>
     Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
       yield* query(renewClaimSql, [now + leaseMillis, runId, owner])
-      const current = yield* holder(runId)
-      if (current !== owner) {
-        yield* Effect.logWarning(
-          `run ${runId}: the claim's lease was lost (now held by ${current === "" ? "nobody" : current}); another writer may take over`
-        )
-      }
+      yield* reportLost(runId, owner, yield* holder(runId))
     }).pipe(
       Effect.catchTag("SqlError", (error) =>
         Effect.logWarning(`run ${runId}: renewing the claim failed; retrying`, failWith("renewing the claim", runId)(error)))
     )
+
+  /** Renews many leases: one `UPDATE` of every lease, one read of every holder, per `maxGroupedClaims`. */
+  const renewLeases = (leases: ReadonlyArray<readonly [string, string]>) =>
+    Effect.forEach(
+      Array.from({ length: Math.ceil(leases.length / maxGroupedClaims) }, (_, i) => leases.slice(i * maxGroupedClaims, (i + 1) * maxGroupedClaims)),
+      (chunk) =>
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          yield* compile(
+            sql`UPDATE polyloop_claims SET expires_at = ${now + leaseMillis} WHERE ${sql.or(chunk.map(([runId, owner]) => sql.and([sql`run_id = ${runId}`, sql`owner = ${owner}`])))}`
+          )
+          const current = yield* holders(chunk.map(([runId]) => runId))
+          yield* Effect.forEach(chunk, ([runId, owner]) => reportLost(runId, owner, current.get(runId) ?? ""), { discard: true })
+        }).pipe(
+          Effect.catchTag("SqlError", (error) =>
+            Effect.logWarning(`renewing ${chunk.length} claims failed; retrying`, failWith("renewing the claims")(error)))
+        ),
+      { discard: true }
+    )
+
+  /**
+   * The store's heartbeat (design 0350, "One heartbeat per store"): while the store holds claims,
+   * one fiber renews every lease it holds each `heartbeat` — with the one-claim statements when it
+   * holds one, in grouped statements when more. It is started by the claim that finds none
+   * running and stopped when the last claim is released, so a store that holds nothing keeps no
+   * timer (a process may exit). A renewal runs uninterruptibly: stopping waits for no statement
+   * and cuts none in half.
+   */
+  let beating = false
+  let beat: Fiber.RuntimeFiber<never> | undefined = undefined
+  const renewHeld = Effect.suspend(() => {
+    const leases = [...held]
+    if (leases.length === 0) return Effect.void
+    if (leases.length === 1) return renewLease(leases[0]![0] as RunId, leases[0]![1])
+    return renewLeases(leases)
+  })
+  const heartbeatLoop = Effect.forever(Effect.zipRight(Effect.sleep(heartbeat), Effect.uninterruptible(renewHeld)))
+  const startBeat = Effect.suspend(() => {
+    if (beating) return Effect.void
+    beating = true
+    return Effect.flatMap(Effect.forkDaemon(heartbeatLoop), (fiber) => {
+      if (beating && beat === undefined) {
+        beat = fiber
+        return Effect.void
+      }
+      // Stopped (the last claim released) or started again before this fork returned: not needed.
+      return Fiber.interruptFork(fiber)
+    })
+  })
+  /** Stops the heartbeat when the store holds no claim any more (called where a claim leaves `held`). */
+  const stopBeatIfIdle = Effect.suspend(() => {
+    if (held.size > 0 || !beating) return Effect.void
+    beating = false
+    const fiber = beat
+    beat = undefined
+    return fiber === undefined ? Effect.void : Fiber.interruptFork(fiber)
+  })
 
   const releaseLease = (runId: RunId, owner: string) =>
     Effect.suspend(() => (held.size === 0 ? Effect.asVoid(query(releaseClaimSql, [runId, owner])) : releaseGrouped.submit({ runId, owner }))).pipe(
@@ -231,19 +292,17 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
       const random = yield* Random.nextIntBetween(0, 0x7fffffff)
       const owner = `${os.hostname()}:${process.pid}:${++claimCounter}:${random.toString(36)}`
       yield* Effect.acquireRelease(
-        Effect.tap(takeLease(runId, owner), () => Effect.sync(() => held.set(runId, owner))),
+        Effect.tap(takeLease(runId, owner), () => Effect.zipRight(Effect.sync(() => held.set(runId, owner)), startBeat)),
         () =>
           Effect.zipRight(
-            Effect.sync(() => {
-              if (held.get(runId) === owner) held.delete(runId)
-            }),
+            Effect.zipRight(
+              Effect.sync(() => {
+                if (held.get(runId) === owner) held.delete(runId)
+              }),
+              stopBeatIfIdle
+            ),
             releaseLease(runId, owner)
           )
-      )
-      yield* Effect.sleep(heartbeat).pipe(
-        Effect.zipRight(renewLease(runId, owner)),
-        Effect.forever,
-        Effect.forkScoped
       )
     }).pipe(withSpanIfTraced("SqlRunLogStore.claim", () => ({ runId })))
 
