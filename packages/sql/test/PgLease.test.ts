@@ -31,6 +31,7 @@ import * as Redacted from "effect/Redacted"
 import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
+import * as Supervisor from "effect/Supervisor"
 import * as TestClock from "effect/TestClock"
 import { freshSchemaUrl } from "./PgSupport.js"
 
@@ -105,7 +106,9 @@ describe.sequential("claims on PostgreSQL are leases", () => {
       const b = yield* openStore(url, { leaseDuration: Duration.millis(1000), heartbeatInterval: Duration.millis(100) })
       const runs = Array.from({ length: 30 }, (_, i) => runId(`beat-${i}`))
       const scope = yield* Scope.make()
-      yield* Effect.forEach(runs, (r) => a.claim(r).pipe(Scope.extend(scope)), { concurrency: "unbounded", discard: true })
+      // Every fiber the claims start (the heartbeat) is tracked: none may outlive the last release.
+      const tracker = yield* Supervisor.track
+      yield* Effect.forEach(runs, (r) => a.claim(r).pipe(Scope.extend(scope)), { concurrency: "unbounded", discard: true }).pipe(Effect.supervised(tracker))
       yield* untilSleepingUntil(100)
       // One heartbeat sleeps for the 30 claims (a fiber a claim slept 30 times over).
       assert.strictEqual(Array.from(yield* TestClock.sleeps()).filter((t) => t === 100).length, 1)
@@ -116,8 +119,12 @@ describe.sequential("claims on PostgreSQL are leases", () => {
       yield* untilSleepingUntil(2600)
       const busy = yield* Effect.forEach(runs, (r) => Effect.flip(Effect.scoped(b.claim(r))))
       assert.deepStrictEqual(busy.map((e) => e._tag), runs.map(() => "RunBusy"))
+      assert.isAbove((yield* tracker.value).length, 0)
       yield* Scope.close(scope, Exit.void)
       yield* Effect.forEach(runs, (r) => Effect.scoped(b.claim(r)), { discard: true })
+      // The last release stopped the heartbeat: no fiber of the claims is left (no timer keeps a process alive).
+      for (let i = 0; i < 100 && (yield* tracker.value).length > 0; i++) yield* settle
+      assert.deepStrictEqual((yield* tracker.value).length, 0)
     }))
 
   it.scoped("a holder that stops renewing loses the run after its lease expires; its next write is fenced by the lease owner (TestClock)", () =>

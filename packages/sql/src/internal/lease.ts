@@ -256,7 +256,9 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
     if (leases.length === 1) return renewLease(leases[0]![0] as RunId, leases[0]![1])
     return renewLeases(leases)
   })
-  const heartbeatLoop = Effect.forever(Effect.zipRight(Effect.sleep(heartbeat), Effect.uninterruptible(renewHeld)))
+  // Interruptible between renewals even though it is forked from a claim's acquisition (an
+  // uninterruptible region, whose flags a forked fiber inherits): the last release must stop it.
+  const heartbeatLoop = Effect.interruptible(Effect.forever(Effect.zipRight(Effect.sleep(heartbeat), Effect.uninterruptible(renewHeld))))
   const startBeat = Effect.suspend(() => {
     if (beating) return Effect.void
     beating = true
