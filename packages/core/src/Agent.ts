@@ -996,7 +996,17 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
         return yield* converse(current, log, message, inForce, snapshot, undefined)
       })
     )
-  }).pipe(Effect.withSpan(message === undefined ? "Agent.run" : "Agent.send", { attributes: Tracing.runAttributes(given.runId, given.agent.name), captureStackTrace: false }))
+  }).pipe((body) =>
+    // The run's span only when a tracer listens (design 0350): the built-in tracer's span is seen
+    // by nobody, and making it costs every run a span object and the frames that provide it.
+    Effect.tracerWith((tracer) =>
+      Tracing.isTraced(tracer)
+        ? Effect.withSpan(body, message === undefined ? "Agent.run" : "Agent.send", {
+          attributes: Tracing.runAttributes(given.runId, given.agent.name),
+          captureStackTrace: false
+        })
+        : body
+    ))
 
 /** The last item of `stream`: the run's result. */
 export interface RunCompleted {
