@@ -102,6 +102,22 @@ export const model = (script: ReadonlyArray<ModelReply.ModelReply>, options: Mod
     return options.onCall === undefined ? reply : Effect.zipRight(options.onCall(step), reply)
   })
 
+/** What a run needs besides its request, for `store` and `modelClient`: provide it once around many runs. */
+export const contextOf = (store: RunLogStore.RunLogStore.Service, modelClient: ModelClient.ModelClient.Service) =>
+  loopServices.pipe(Context.add(ModelClient.ModelClient, modelClient), Context.add(RunLogStore.RunLogStore, store))
+
+/**
+ * `runs` requests at once (all of them concurrently) against one store and one model, their
+ * services provided once around them all, as a process carrying many runs has them (`runOn`
+ * provides them to each run: a provide per run is the caller's cost, not the run's).
+ */
+export const runAllOn = (
+  store: RunLogStore.RunLogStore.Service,
+  modelClient: ModelClient.ModelClient.Service,
+  requests: ReadonlyArray<Agent.RunRequest>
+): Effect.Effect<void, RunError> =>
+  Effect.forEach(requests, Agent.run, { concurrency: "unbounded", discard: true }).pipe(Effect.provide(contextOf(store, modelClient)))
+
 /** Runs one request against a store and a model. */
 export const runOn = (
   store: RunLogStore.RunLogStore.Service,

@@ -3,7 +3,8 @@
  * parked at the middle of `--steps` steps; then a heap snapshot, summarised by the objects' kind
  * and constructor, in bytes per run (the same summary of a snapshot taken before the runs is
  * subtracted).
- *   tsx --conditions=@polyloop/source bench/profile/heap.ts [--runs 1000] [--steps 20] [--sqlite]
+ * The runs' services are provided once around them all; `--provide-each` provides them to each run.
+ *   tsx --conditions=@polyloop/source bench/profile/heap.ts [--runs 1000] [--steps 20] [--sqlite] [--provide-each]
  */
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Deferred from "effect/Deferred"
@@ -60,7 +61,12 @@ const program = (store: RunLogStore.RunLogStore.Service) =>
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-heap-"))
     globalThis.gc?.()
     const before = summarise(v8.writeHeapSnapshot(path.join(dir, "before.heapsnapshot")))
-    const fiber = yield* Effect.fork(Effect.forEach(Array.from({ length: RUNS }, (_, i) => i), (i) => F.runOn(store, model, F.request(`heap-${i}`, STEPS)), { concurrency: "unbounded", discard: true }))
+    const requests = Array.from({ length: RUNS }, (_, i) => F.request(`heap-${i}`, STEPS))
+    const fiber = yield* Effect.fork(
+      process.argv.includes("--provide-each")
+        ? Effect.forEach(requests, (request) => F.runOn(store, model, request), { concurrency: "unbounded", discard: true })
+        : F.runAllOn(store, model, requests)
+    )
     yield* Deferred.await(allParked)
     globalThis.gc?.()
     const during = summarise(v8.writeHeapSnapshot(path.join(dir, "during.heapsnapshot")))

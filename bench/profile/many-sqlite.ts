@@ -21,11 +21,7 @@ for (let rep = 0; rep < Number(process.env["REPS"] ?? 3); rep++) {
   const t0 = performance.now()
   const c0 = process.cpuUsage()
   const all = (store: RunLogStore.RunLogStore.Service) =>
-    Effect.forEach(
-      Array.from({ length: RUNS }, (_, i) => i),
-      (i) => F.runOn(store, F.model(F.replies(STEPS)), F.request(`m-${rep}-${i}`, STEPS)),
-      { concurrency: "unbounded", discard: true }
-    )
+    F.runAllOn(store, F.model(F.replies(STEPS)), Array.from({ length: RUNS }, (_, i) => F.request(`m-${rep}-${i}`, STEPS)))
   if (process.env["MEMORY"] === "1") await Effect.runPromise(Effect.flatMap(RunLogStore.makeMemory, all))
   else await withSqlite(path.join(dir, `r${rep}.db`), all)
   const seconds = (performance.now() - t0) / 1000

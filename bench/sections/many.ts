@@ -4,7 +4,8 @@
  *
  * Every run is parked once at its middle step until all N have reached it; the heap is then
  * measured after a full collection (minus the heap before the runs started), and the pause is
- * taken out of the time.
+ * taken out of the time. The runs' services are provided once around them all, as a process
+ * carrying many runs has them (design 0350).
  */
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Deferred from "effect/Deferred"
@@ -51,11 +52,7 @@ const once = (store: RunLogStore.RunLogStore.Service, runs: number, stepsPerRun:
     const before = heapUsed()
     const t0 = now()
     const fiber = yield* Effect.fork(
-      Effect.forEach(
-        Array.from({ length: runs }, (_, i) => i),
-        (i) => F.runOn(store, model, F.request(`many-${batch}-${i}`, stepsPerRun)),
-        { concurrency: "unbounded", discard: true }
-      )
+      F.runAllOn(store, model, Array.from({ length: runs }, (_, i) => F.request(`many-${batch}-${i}`, stepsPerRun)))
     )
     yield* Deferred.await(allParked)
     const p0 = now()
