@@ -306,6 +306,12 @@ export const make = (statements: Statements, options: LeaseOptions): Leases => {
             releaseLease(runId, owner)
           )
       )
+      // The claimant lets the other fibers run once before its run goes on. On SQLite every
+      // statement is synchronous, so a run that never waits would otherwise go from its claim to
+      // its end in one turn while the runs started with it wait for theirs: nothing would be
+      // claimed together, and with one claim held no append is grouped (design 0350). The fork of
+      // a heartbeat per claim did this by the way; one heartbeat per store does not.
+      yield* Effect.yieldNow()
     }).pipe(withSpanIfTraced("SqlRunLogStore.claim", () => ({ runId })))
 
   return { held, holder, claim }
