@@ -43,6 +43,7 @@ import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { describeError } from "./internal/describe.js"
+import * as IndexWriter from "./internal/indexWriter.js"
 import { type FailureReason, type LiveStatus, RunEntity, RunFailed } from "./RunEntity.js"
 import * as RunIndex from "./RunIndex.js"
 
@@ -112,7 +113,7 @@ const encodeResult = Schema.encodeSync(Agent.RunResult)
  * `busyRetryInterval` up to `busyTimeout`; `StoreError`/`ModelError` → again after an
  * exponential wait, up to `maxFailures`; `Suspended` → wait for a `Decide` (or a decision found
  * in the log) and run again; anything else → `RunFailed`. Each transition is written to the
- * run index. Interruption (shutdown, a shard moving) stops the run resumable; the persisted
+ * run index (the transitions of many runs in one statement). Interruption (shutdown, a shard moving) stops the run resumable; the persisted
  * `Start` is delivered again to the next owner. Migrates the run index first.
  */
 export const layer = <P, I, E, R>(
@@ -122,8 +123,10 @@ export const layer = <P, I, E, R>(
   StoreError,
   Sharding.Sharding | SqlClient.SqlClient | Exclude<Agent.Requirements, ActionExecutor> | R
 > =>
-  Layer.unwrapEffect(Effect.gen(function*() {
+  Layer.unwrapScoped(Effect.gen(function*() {
     yield* RunIndex.migrate
+    // The index's writes of many runs share statements (design 0350, decision 5).
+    const indexWriter = yield* IndexWriter.make
     const permits = yield* Effect.makeSemaphore(options.maxConcurrentRuns ?? 16)
     const decodePayload = Schema.decodeUnknown(options.payload)
     const classifyResolve = options.classifyResolveError ?? (() => "Fail" as const)
@@ -150,7 +153,7 @@ export const layer = <P, I, E, R>(
        * reported finished (`Cluster.status` reads the log).
        */
       const record = (payloadText: string, change: RunIndex.Transition) =>
-        RunIndex.transition(runId, payloadText, { runner, ...change }).pipe(
+        indexWriter.write({ runId, payloadText, change: { runner, ...change } }).pipe(
           Effect.retry(indexRetry),
           Effect.catchAll((error) => Effect.logWarning("cluster: could not update the run index", error)),
           Effect.annotateLogs({ runId, runner })

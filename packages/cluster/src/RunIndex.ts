@@ -138,15 +138,35 @@ export const transition = (
   runId: string,
   payloadText: string,
   change: Transition
+): Effect.Effect<void, StoreError, SqlClient.SqlClient> => transitions([{ runId, payloadText, change }])
+
+/** One run's transition, for `transitions`. */
+export interface RunTransition {
+  readonly runId: string
+  readonly payloadText: string
+  readonly change: Transition
+}
+
+/**
+ * Writes the transitions of several runs as one statement (design 0350, decision 5): each row by
+ * the rules of `transition`. A run may appear once (PostgreSQL refuses to upsert one row twice in
+ * a statement): `internal/indexWriter.ts` splits what it groups.
+ */
+export const transitions = (
+  items: ReadonlyArray<RunTransition>
 ): Effect.Effect<void, StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
+    if (items.length === 0) return
     const sql = yield* SqlClient.SqlClient
     const now = yield* Clock.currentTimeMillis
-    const attempts = change.attempt === true ? 1 : 0
-    const failures = change.failed === true ? 1 : 0
+    const rows = items.map(({ change, payloadText, runId }) =>
+      sql`(${runId}, ${payloadText}, ${change.status}, ${now}, ${now}, ${change.attempt === true ? 1 : 0}, ${
+        change.failed === true ? 1 : 0
+      }, ${change.runner ?? null}, ${change.error ?? null}, ${change.reason ?? null}, ${change.outcome ?? null})`
+    )
+    const what = items.length === 1 ? `recording ${items[0]!.change.status}` : `recording ${items.length} transitions`
     yield* sql`INSERT INTO polyloop_cluster_runs (run_id, payload, status, submitted_at, updated_at, attempts, failures, runner, error, reason, outcome)
-      VALUES (${runId}, ${payloadText}, ${change.status}, ${now}, ${now}, ${attempts}, ${failures}, ${change.runner ?? null},
-        ${change.error ?? null}, ${change.reason ?? null}, ${change.outcome ?? null})
+      VALUES ${sql.csv(rows)}
       ON CONFLICT (run_id) DO UPDATE SET
         payload = excluded.payload,
         status = excluded.status,
@@ -157,7 +177,9 @@ export const transition = (
         error = CASE WHEN excluded.status IN ('Running', 'Finished', 'Suspended') AND excluded.error IS NULL
           THEN polyloop_cluster_runs.error ELSE excluded.error END,
         reason = excluded.reason,
-        outcome = excluded.outcome`.pipe(Effect.mapError(failure(`recording ${change.status}`, runId)))
+        outcome = excluded.outcome`.pipe(
+      Effect.mapError(failure(what, items.length === 1 ? items[0]!.runId : undefined))
+    )
   })
 
 const Millis = Schema.Union(Schema.Number, Schema.NumberFromString)
