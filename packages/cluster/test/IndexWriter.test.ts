@@ -91,6 +91,19 @@ describe("IndexWriter", () => {
       })
     ))
 
+  it.scoped("made in an uninterruptible region, the writer still stops when its scope closes", () =>
+    withIndex(() =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        const writer = yield* Effect.uninterruptible(Scope.extend(IndexWriter.make, scope))
+        yield* writer.write(item("run-a", { status: "Running", attempt: true }))
+        // Without the writer's own `interruptible`, closing waits forever on its fiber (the test hangs).
+        yield* Scope.close(scope, Exit.void)
+        yield* writer.write(item("run-a", { status: "Finished" }))
+        assert.strictEqual(Option.getOrThrow(yield* RunIndex.entry("run-a")).status, "Finished")
+      })
+    ))
+
   it.scoped("after the writer's scope closes, a transition is written by itself", () =>
     withIndex(() =>
       Effect.gen(function*() {

@@ -76,6 +76,9 @@ export const make: Effect.Effect<IndexWriter, never, SqlClient.SqlClient | Scope
   yield* Queue.takeBetween(queue, 1, maxRows).pipe(
     Effect.flatMap((chunk) => writeEntries(Chunk.toReadonlyArray(chunk))),
     Effect.forever,
+    // Interruptible while it waits, even when made inside an uninterruptible region (a layer's
+    // construction): a forked fiber inherits the flag and could never be stopped.
+    Effect.interruptible,
     Effect.forkScoped
   )
   // Runs before the fiber is interrupted (finalizers run in reverse): what is still queued is
