@@ -134,6 +134,38 @@ const program = (store: RunLogStore.RunLogStore.Service) =>
     for (const v of byPlace.values()) owned += v
     process.stdout.write(`new bytes per run: owned by closures ${Math.round(owned / RUNS)}, other ${Math.round(unowned / RUNS)}\n`)
     for (const [k, v] of [...byPlace].sort((a, b) => b[1] - a[1]).slice(0, 60)) if (v / RUNS >= 40) process.stdout.write(`${String(Math.round(v / RUNS)).padStart(6)}  ${k}\n`)
+    // The fibers new during the snapshot and their continuation stacks (`_stack`: one frame per
+    // pending flatMap/onExit/…), by frame kind (the frame's constructor or closure name).
+    let fibers = 0
+    let frames = 0
+    const frameKinds = new Map<string, number>()
+    const edgeName = (e: number) => (d.etypes[s.edges[e + d.et]!] === "element" || d.etypes[s.edges[e + d.et]!] === "hidden" ? "" : s.strings[s.edges[e + d.en]!]!)
+    for (let i = 0; i < d.count; i++) {
+      if (!isNew[i] || d.types[s.nodes[i * W + d.t]!] !== "object" || s.strings[s.nodes[i * W + d.n]!] !== "FiberRuntime") continue
+      fibers++
+      for (let e = d.firstEdge[i]!; e < d.firstEdge[i + 1]!; e += EW) {
+        if (edgeName(e) !== "_stack") continue
+        const stack = s.edges[e + d.to]! / W
+        for (let f = d.firstEdge[stack]!; f < d.firstEdge[stack + 1]!; f += EW) {
+          if (d.etypes[s.edges[f + d.et]!] !== "element") continue
+          const frame = s.edges[f + d.to]! / W
+          frames++
+          // A frame's kind: its `_op` and where its continuations were made.
+          let op = s.strings[s.nodes[frame * W + d.n]!]!
+          const made: Array<string> = []
+          for (let g = d.firstEdge[frame]!; g < d.firstEdge[frame + 1]!; g += EW) {
+            const to = s.edges[g + d.to]! / W
+            const name = edgeName(g)
+            if (name === "_op") op = s.strings[s.nodes[to * W + d.n]!]!
+            else if (d.types[s.nodes[to * W + d.t]!] === "closure") made.push(`${s.strings[s.nodes[to * W + d.n]!] || "(anon)"}@${where.get(to) ?? "?"}`)
+          }
+          const kind = `${op} ${made.join(" ")}`
+          frameKinds.set(kind, (frameKinds.get(kind) ?? 0) + 1)
+        }
+      }
+    }
+    process.stdout.write(`new fibers per run ${(fibers / RUNS).toFixed(2)}, continuation frames per run ${(frames / RUNS).toFixed(1)}:\n`)
+    for (const [k, v] of [...frameKinds].sort((a, b) => b[1] - a[1]).slice(0, 40)) if (v / RUNS >= 0.5) process.stdout.write(`${(v / RUNS).toFixed(1).padStart(6)}  ${k}\n`)
     process.stdout.write("not under a new closure:\n")
     for (const [k, v] of [...unownedByKind].sort((a, b) => b[1] - a[1]).slice(0, 20)) if (v / RUNS >= 40) process.stdout.write(`${String(Math.round(v / RUNS)).padStart(6)}  ${k}\n`)
   })
