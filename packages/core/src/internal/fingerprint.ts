@@ -101,17 +101,9 @@ export const make = (tools: ReadonlyArray<ToolDefinition>, settings: ModelSettin
       if (messages.length < fed) return ofRequest({ messages, tools, settings })
       // The new messages in one update (a step adds two): one native call, not one a message.
       if (fed < messages.length) {
-        // A resumed run's whole history arrives at once: fed in pieces of about 64 kB, so no
-        // text of the whole history is built and flattened first (design 0350, resume).
         let text = ""
-        for (; fed < messages.length; fed++) {
-          text += fed === 0 ? canonicalMessage(messages[fed]!) : `,${canonicalMessage(messages[fed]!)}`
-          if (text.length > 65_536) {
-            running.update(text, "utf8")
-            text = ""
-          }
-        }
-        if (text !== "") running.update(text, "utf8")
+        for (; fed < messages.length; fed++) text += fed === 0 ? canonicalMessage(messages[fed]!) : `,${canonicalMessage(messages[fed]!)}`
+        running.update(text, "utf8")
       }
       return running.copy().update(suffix, "utf8").digest("hex")
     }
