@@ -2,8 +2,9 @@
  * The slice of the enumerated crash suite (`support/chaos.ts`, design 0220) that runs in
  * `npm test`: every variant (tool calls, several calls per reply, code actions, approvals; on
  * SQLite and on the test run's PostgreSQL server; appends through the fault hook and without
- * it; the migration of a fresh PostgreSQL database) is enumerated, and an evenly spaced sample of
- * more than 500 of its crash points is run — each a pooled child killed exactly there, resumed
+ * it; three runs at once whose appends are grouped; the migration of a fresh PostgreSQL
+ * database) is enumerated, and an evenly spaced sample of more than 500 of its crash points, with
+ * every point of a grouped append (on both stores), is run — each a pooled child killed exactly there, resumed
  * (sometimes killed again) until the run finishes, every invariant checked. `npm run chaos` runs
  * every point, over several seeds, for 10,000 scenarios and more.
  */
@@ -24,7 +25,11 @@ describe.sequential("enumerated crash suite (slice)", () => {
     try {
       const refs = await Chaos.references(env, Chaos.suiteVariants({ pg: true }))
       const all = Chaos.enumerate(refs, 1, 1)
-      const work = sample(all, 520)
+      // Every point of a grouped append (several runs' appends in one statement, design 0350)
+      // too, whether the even sample has it or not: there are few, and they are the group's.
+      const sampled = sample(all, 520)
+      const grouped = all.filter((w) => w.ref.keys[w.point - 1]!.name.includes("grouped append") && !sampled.includes(w))
+      const work = [...sampled, ...grouped]
       const failures: Array<string> = []
       const summary = await Chaos.runWork(env, work, { concurrency: 2, onOutcome: (outcome) => failures.push(...outcome.failures) })
       console.log(
@@ -47,11 +52,13 @@ describe.sequential("enumerated crash suite (slice)", () => {
           "before open: ", "before start", "after start", "before reply", "after completion", "before results", "before approvals",
           "in transaction BeforeRecord", "in transaction BeforeCommit", "before begin", "after commit", "before append statement",
           "before write effect", "after write effect", "before echo effect", "before code effect", "after refund effect",
-          "before submit effect", "before resume", "before finish", "after release"
+          "before submit effect", "before resume", "before finish", "after release", "before grouped append", "after grouped append"
         ]
       ) {
         assert.isTrue(names.some((name) => name.startsWith(kind)), `the runs pass a crash point "${kind}"`)
       }
+      assert.isAtLeast(grouped.length + sampled.filter((w) => w.ref.keys[w.point - 1]!.name.includes("grouped append")).length, 8, "a grouped append's points")
+      assert.isTrue(work.some((w) => w.ref.variant.runs > 1 && w.ref.variant.store === "sqlite"), "several runs at once on SQLite")
       for (const store of ["sqlite", "pg", "pgfresh"]) {
         assert.isTrue(work.some((w) => w.ref.variant.store === store), `scenarios on ${store}`)
       }

@@ -2,9 +2,10 @@
  * A child of the enumerated crash suite's pool (`chaos-pool.ts`, design 0220). Started once and
  * kept warm: it loads everything (from a V8 start-up snapshot when the pool could build one, else
  * from its bundle), then reads jobs from stdin, one JSON line each, and runs them one after
- * another — a life of a scenario: run or resume a script (`chaos-scripts.ts`) on a store, or
- * record the pending approval decisions. It SIGKILLs itself at the job's crash point; the pool
- * replaces a dead child with a fresh one.
+ * another — a life of a scenario: run or resume a script (`chaos-scripts.ts`) on a store (one
+ * run, or several at once in lockstep, whose appends the store writes grouped), or record the
+ * pending approval decisions. It SIGKILLs itself at the job's crash point; the pool replaces a
+ * dead child with a fresh one.
  *
  * Crash points, named, in the order a life passes them (`point`):
  * - `before <write>` / `after <write>`: around each store write (`start`, `reply <step>`,
@@ -17,6 +18,8 @@
  * - `before open: <statement>` / `after open: <statement>`: every SQL statement run while the
  *   store is opened and its schema migrated (a fresh SQLite file: the whole migration);
  * - `before begin` / `after commit`: the transaction statements themselves;
+ * - `before append statement` / `before grouped append` (and `after …`): an append of one
+ *   statement, and the one statement of several runs' appends grouped (design 0350);
  * - `before <tool> effect` / `after <tool> effect`: around each side effect.
  * Statement points come from wrapping the drivers' statement methods (better-sqlite3's
  * `Statement` and node-postgres's `Client.query`), so they see exactly what reaches the database.
@@ -26,7 +29,7 @@
  * written with `writeSync` before anything else happens, so a report made before the kill
  * reaches the parent:
  *   `p <name>`              a point passed (only when the job traces)
- *   `a <first> <last> <tag>` an acknowledged write: records first..last, the last one a <tag>
+ *   `a <first> <last> <tag> <run>` an acknowledged write: records first..last of run <run>, the last one a <tag>
  *   `k <ordinal> <name>`    about to SIGKILL itself here
  *   `e <json>`              the life ended: { status: "finished" | "suspended" | "decided" | "error", detail }
  */
@@ -98,6 +101,11 @@ const statementPoint = (source: string): string | null => {
   if (opening) return `open: ${text.slice(0, 60)}`
   if (/^BEGIN/i.test(text)) return "begin"
   if (/^COMMIT/i.test(text)) return "commit"
+  // PostgreSQL's appends of one statement (design 0350) fence on the lease in a sub-select of
+  // the claims table: they are appends, not claim reads. The grouped one (several runs' appends
+  // in one statement) starts with the runs' values.
+  if (/^WITH v \(run_id/.test(text)) return "grouped append"
+  if (/^WITH (upd|run) AS/.test(text) && /polyloop_records/.test(text)) return "append statement"
   if (/polyloop_claims/.test(text)) {
     if (/^INSERT/i.test(text)) return "claim upsert"
     if (/^DELETE/i.test(text)) return "release"
@@ -142,6 +150,17 @@ interface PgModule {
   readonly Client: { readonly prototype: { query(this: unknown, ...args: Array<unknown>): unknown } }
 }
 
+/** Columns of a row of SQLite's append view (`packages/sql/src/internal/sqlite.ts`), its run id first. */
+const appendViewWidth = 15
+
+/** How many runs' records an append-view statement writes: more than one, it is a group's. */
+const appendedRuns = (args: ReadonlyArray<unknown>): number => {
+  const params = args.length === 1 && Array.isArray(args[0]) ? (args[0] as ReadonlyArray<unknown>) : args
+  const runs = new Set<unknown>()
+  for (let i = 0; i < params.length; i += appendViewWidth) runs.add(params[i])
+  return runs.size
+}
+
 /** Wraps better-sqlite3's statement methods so that statements pass crash points. */
 const wrapSqlite = (requireFrom: NodeJS.Require) => {
   const Database = requireFrom("better-sqlite3") as SqliteDatabase
@@ -151,7 +170,8 @@ const wrapSqlite = (requireFrom: NodeJS.Require) => {
   for (const method of ["run", "get", "all"] as const) {
     const original = Statement[method]
     Statement[method] = function(this: SqliteStatement, ...args: ReadonlyArray<unknown>) {
-      return around(statementPoint(this.source), () => original.apply(this, [...args]))
+      const name = statementPoint(this.source)
+      return around(name === "append statement" && appendedRuns(args) > 1 ? "grouped append" : name, () => original.apply(this, [...args]))
     }
   }
 }
@@ -183,38 +203,38 @@ const wrapPg = (requireFrom: NodeJS.Require) => {
 
 // ---- the store with crash points --------------------------------------------------------------
 
-const ack = (first: number, last: number, tag: string) =>
+const ack = (runId: string, first: number, last: number, tag: string) =>
   Effect.sync(() => {
-    if (job !== null) report(`a ${first} ${last} ${tag}`)
+    if (job !== null) report(`a ${first} ${last} ${tag} ${runId}`)
   })
 
 /** The store with crash points around each write and the claim; each write returned is acknowledged. */
 const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogStore.Service => {
-  const write = <A, E, R>(name: string, first: number, last: number, tag: string, effect: Effect.Effect<A, E, R>) =>
+  const write = <A, E, R>(runId: string, name: string, first: number, last: number, tag: string, effect: Effect.Effect<A, E, R>) =>
     point(`before ${name}`).pipe(
       Effect.zipRight(effect),
-      Effect.tap(() => ack(first, last, tag)),
+      Effect.tap(() => ack(runId, first, last, tag)),
       Effect.tap(() => point(`after ${name}`))
     )
   return {
     ...store,
-    start: (record) => write("start", record.seq, record.seq, record._tag, store.start(record)),
-    appendReply: (runId, record) => write(`reply ${record.step}`, record.seq, record.seq, record._tag, store.appendReply(runId, record)),
+    start: (record) => write(record.runId, "start", record.seq, record.seq, record._tag, store.start(record)),
+    appendReply: (runId, record) => write(runId, `reply ${record.step}`, record.seq, record.seq, record._tag, store.appendReply(runId, record)),
     appendResults: (runId, results) =>
-      write(`results ${results[0].step}`, results[0].seq, results[results.length - 1]!.seq, "ActionResulted", store.appendResults(runId, results)),
+      write(runId, `results ${results[0].step}`, results[0].seq, results[results.length - 1]!.seq, "ActionResulted", store.appendResults(runId, results)),
     completeStep: (runId, results, step) =>
-      write(`completion ${step.step}`, results[0]?.seq ?? step.seq, step.seq, step._tag, store.completeStep(runId, results, step)),
-    appendResume: (runId, record) => write("resume", record.seq, record.seq, record._tag, store.appendResume(runId, record)),
-    finish: (runId, record) => write("finish", record.seq, record.seq, record._tag, store.finish(runId, record)),
+      write(runId, `completion ${step.step}`, results[0]?.seq ?? step.seq, step.seq, step._tag, store.completeStep(runId, results, step)),
+    appendResume: (runId, record) => write(runId, "resume", record.seq, record.seq, record._tag, store.appendResume(runId, record)),
+    finish: (runId, record) => write(runId, "finish", record.seq, record.seq, record._tag, store.finish(runId, record)),
     ...(store.appendRecords === undefined ? {} : {
       appendRecords: (runId, records) =>
-        write(`records ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendRecords!(runId, records))
+        write(runId, `records ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendRecords!(runId, records))
     }),
     appendApprovals: (runId, records) =>
-      write(`approvals ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendApprovals(runId, records)),
+      write(runId, `approvals ${records[0].seq}`, records[0].seq, records[records.length - 1]!.seq, records[records.length - 1]!._tag, store.appendApprovals(runId, records)),
     appendCompaction: (runId, record) =>
-      write(`compaction ${record.step}`, record.seq, record.seq, record._tag, store.appendCompaction(runId, record)),
-    appendTurn: (runId, record) => write(`turn ${record.turn}`, record.seq, record.seq, record._tag, store.appendTurn(runId, record)),
+      write(runId, `compaction ${record.step}`, record.seq, record.seq, record._tag, store.appendCompaction(runId, record)),
+    appendTurn: (runId, record) => write(runId, `turn ${record.turn}`, record.seq, record.seq, record._tag, store.appendTurn(runId, record)),
     claim: (runId) =>
       point("before claim").pipe(
         Effect.zipRight(store.claim(runId)),
@@ -260,22 +280,59 @@ const storeLayer = (current: Job) => {
 
 // ---- a life ---------------------------------------------------------------------------------
 
+/**
+ * The runs of a life of several runs, in lockstep: a model call waits until every run still
+ * running made its call, then all go on together, in the order they came. Their next appends
+ * then reach the store before its group's maker takes them (it lets the other fibers run once),
+ * so each round of appends is one grouped statement, in every life alike. A run that ended
+ * (or was interrupted) leaves, and no longer holds the others back.
+ */
+const lockstep = (parties: number) => {
+  let live = parties
+  let waiting: Array<() => void> = []
+  const releaseIfAll = () => {
+    if (waiting.length === 0 || waiting.length < live) return
+    const released = waiting
+    waiting = []
+    for (const go of released) go()
+  }
+  const arrive = Effect.async<void>((resume) => {
+    const go = () => resume(Effect.void)
+    waiting.push(go)
+    releaseIfAll()
+    return Effect.sync(() => {
+      waiting = waiting.filter((other) => other !== go)
+    })
+  })
+  const leave = Effect.sync(() => {
+    live--
+    releaseIfAll()
+  })
+  return { arrive, leave }
+}
+
 const life = (current: Job): Effect.Effect<End, never> => {
   const store = storeLayer(current)
-  const runId = Ids.runId(current.runId)
   const hook: Scripts.EffectHook = (what, phase) => point(`${phase === "BeforeEffect" ? "before" : "after"} ${what} effect`)
   const setup = Scripts.setup(current.script, current.steps, current.side, hook)
-  const run = Effect.gen(function*() {
-    const model = yield* ScriptedModel.make(setup.replies)
-    const executor = yield* setup.executor
-    yield* Agent.run({ runId, agent: setup.agent, task: Scripts.task, tools: setup.tools }).pipe(
-      Effect.provide(Layer.mergeAll(model.layer, ActionExecutor.layer(executor), setup.parser, EventSink.layerNoop))
-    )
-    return { status: "finished", detail: "" } as End
-  })
+  const ids = Scripts.runIdsOf(current.runId, current.runs)
+  const step = ids.length > 1 ? lockstep(ids.length) : undefined
+  const one = (id: string) =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel.make(setup.replies, step === undefined ? {} : { onCall: () => step.arrive })
+      const executor = yield* setup.executor
+      yield* Agent.run({ runId: Ids.runId(id), agent: setup.agent, task: Scripts.task, tools: setup.tools }).pipe(
+        Effect.provide(Layer.mergeAll(model.layer, ActionExecutor.layer(executor), setup.parser, EventSink.layerNoop))
+      )
+    }).pipe(Effect.ensuring(step === undefined ? Effect.void : step.leave))
+  const run = Effect.as(
+    ids.length === 1 ? one(ids[0]!) : Effect.forEach(ids, one, { concurrency: "unbounded", discard: true }),
+    { status: "finished", detail: "" } as End
+  )
   const decide = Effect.gen(function*() {
     const store = yield* RunLogStore.RunLogStore
-    const waiting = Approval.waiting(yield* store.readLog(runId))
+    const waiting: Array<Approval.Waiting> = []
+    for (const id of Scripts.runIdsOf(current.runId, current.runs)) waiting.push(...Approval.waiting(yield* store.readLog(Ids.runId(id))))
     for (const call of waiting) yield* Agent.decide(Scripts.decisionFor(call))
     return { status: "decided", detail: waiting.map((w) => w.callId).join(",") } as End
   })

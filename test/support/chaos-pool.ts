@@ -19,8 +19,9 @@ import type { End, Job } from "./chaos-scripts.js"
 
 const here = Path.dirname(fileURLToPath(import.meta.url))
 
-/** An acknowledged write: records `first..last`, the last of them a `tag`. */
+/** An acknowledged write: records `first..last` of run `runId`, the last of them a `tag`. */
 export interface Ack {
+  readonly runId: string
   readonly first: number
   readonly last: number
   readonly tag: string
@@ -103,8 +104,8 @@ export const make = async (options: { readonly size: number; readonly v8Flags?: 
     const rest = line.slice(2)
     if (kind === "p") current.points.push(rest)
     else if (kind === "a") {
-      const [first, last, tag] = rest.split(" ")
-      current.acks.push({ first: Number(first), last: Number(last), tag: tag ?? "" })
+      const [first, last, tag, runId] = rest.split(" ")
+      current.acks.push({ runId: runId ?? "", first: Number(first), last: Number(last), tag: tag ?? "" })
     } else if (kind === "k") {
       const space = rest.indexOf(" ")
       current.killedAt = { ordinal: Number(rest.slice(0, space)), name: rest.slice(space + 1) }

@@ -87,10 +87,21 @@ export interface Job {
   readonly script: ScriptName
   readonly steps: number
   readonly runId: string
+  /**
+   * How many runs the life runs at once on its store (1: `runId` alone). Several (`runIdsOf`)
+   * run in lockstep — each model call waits until every unfinished run made its own — so their
+   * appends reach the store together and are written grouped (one statement for all of them),
+   * the same way in every life: the grouped statements' crash points are enumerable.
+   */
+  readonly runs: number
   readonly side: string
   readonly crash: Crash | null
   readonly trace: boolean
 }
+
+/** The run ids of a life of `runs` runs: `runId` alone, or `runId.g0`, `runId.g1`, …. */
+export const runIdsOf = (runId: string, runs: number): ReadonlyArray<string> =>
+  runs <= 1 ? [runId] : Array.from({ length: runs }, (_, i) => `${runId}.g${i}`)
 
 /** How a life that was not killed ended. */
 export interface End {

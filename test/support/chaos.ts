@@ -55,14 +55,23 @@ export interface Variant {
   readonly store: StoreKind
   readonly hooked: boolean
   readonly steps: number
+  /** Runs at once in each life, in lockstep (`Job.runs`): more than one, their appends are grouped. */
+  readonly runs: number
 }
 
-export const variantId = (v: Variant): string => `${v.script}.${v.store}.${v.hooked ? "hooked" : "plain"}.s${v.steps}`
+export const variantId = (v: Variant): string =>
+  `${v.script}.${v.store}.${v.hooked ? "hooked" : "plain"}.s${v.steps}${v.runs > 1 ? `.x${v.runs}` : ""}`
 
 export const parseVariant = (id: string): Variant => {
-  const match = /^(\w+)\.(sqlite|pg|pgfresh)\.(hooked|plain)\.s(\d+)$/.exec(id)
+  const match = /^(\w+)\.(sqlite|pg|pgfresh)\.(hooked|plain)\.s(\d+)(?:\.x(\d+))?$/.exec(id)
   if (match === null || !(Scripts.scriptNames as ReadonlyArray<string>).includes(match[1]!)) throw new Error(`${JSON.stringify(id)} is not a variant id`)
-  return { script: match[1] as Scripts.ScriptName, store: match[2] as StoreKind, hooked: match[3] === "hooked", steps: Number(match[4]) }
+  return {
+    script: match[1] as Scripts.ScriptName,
+    store: match[2] as StoreKind,
+    hooked: match[3] === "hooked",
+    steps: Number(match[4]),
+    runs: match[5] === undefined ? 1 : Number(match[5])
+  }
 }
 
 /** A crash point of the reference: the life it is in, its name, its occurrence in that life. */
@@ -88,7 +97,8 @@ export interface Reference {
   readonly lengths: ReadonlyArray<number>
   /** The scenarios: the crash points, deterministic ones in order, then the timed ones. */
   readonly keys: ReadonlyArray<Key>
-  readonly log: RunLog.RunLog
+  /** The log of each run, in the order of `Scripts.runIdsOf`. */
+  readonly logs: ReadonlyArray<RunLog.RunLog>
 }
 
 /** What one scenario found. */
@@ -148,7 +158,9 @@ export const closeEnv = async (env: Env) => {
 /** Where one scenario's run lives. */
 interface Place {
   readonly store: Job["store"]
+  /** The life's run id (`Job.runId`); its runs are `Scripts.runIdsOf(runId, variant.runs)`. */
   readonly runId: string
+  readonly runIds: ReadonlyArray<string>
   readonly side: string
   /** Reads the run's log and its summary. */
   readonly read: <A>(f: (store: RunLogStore.RunLogStore.Service) => Effect.Effect<A, unknown>) => Promise<A>
@@ -162,12 +174,14 @@ const place = async (env: Env, variant: Variant, label: string): Promise<Place> 
   Fs.mkdirSync(dir)
   const side = Path.join(dir, "side.jsonl")
   const runId = `chaos-${label}-${process.pid}-${places}`
+  const runIds = Scripts.runIdsOf(runId, variant.runs)
   const removeDir = () => Fs.rmSync(dir, { recursive: true, force: true })
   if (variant.store === "sqlite") {
     const file = Path.join(dir, "run.db")
     return {
       store: { kind: "sqlite", file },
       runId,
+      runIds,
       side,
       read: (f) => Effect.runPromise(Effect.flatMap(RunLogStore.RunLogStore, f).pipe(Effect.provide(SqlRunLogStore.layerSqlite({ filename: file })))),
       cleanup: async () => removeDir()
@@ -179,6 +193,7 @@ const place = async (env: Env, variant: Variant, label: string): Promise<Place> 
     return {
       store: { kind: "pg", url: fresh.url },
       runId,
+      runIds,
       side,
       read: (f) =>
         Effect.runPromise(
@@ -195,6 +210,7 @@ const place = async (env: Env, variant: Variant, label: string): Promise<Place> 
   return {
     store: { kind: "pg", url: env.pgUrl },
     runId,
+    runIds,
     side,
     read: (f) => pg.runPromise(Effect.flatMap(RunLogStore.RunLogStore, f)),
     cleanup: async () => {
@@ -203,9 +219,9 @@ const place = async (env: Env, variant: Variant, label: string): Promise<Place> 
       await pg.runPromise(
         Effect.flatMap(SqlClient.SqlClient, (sql) =>
           Effect.all([
-            sql`DELETE FROM polyloop_records WHERE run_id = ${runId}`,
-            sql`DELETE FROM polyloop_claims WHERE run_id = ${runId}`,
-            sql`DELETE FROM polyloop_runs WHERE run_id = ${runId}`
+            sql`DELETE FROM polyloop_records WHERE run_id IN ${sql.in(runIds)}`,
+            sql`DELETE FROM polyloop_claims WHERE run_id IN ${sql.in(runIds)}`,
+            sql`DELETE FROM polyloop_runs WHERE run_id IN ${sql.in(runIds)}`
           ]))
       )
     }
@@ -219,6 +235,7 @@ const jobOf = (variant: Variant, where: Place, life: Job["life"], crash: Crash |
   script: variant.script,
   steps: variant.steps,
   runId: where.runId,
+  runs: variant.runs,
   side: where.side,
   crash,
   trace
@@ -261,12 +278,16 @@ export const reference = async (env: Env, variant: Variant): Promise<Reference> 
       if (next === "again" || next === "fail") throw new Error(`the uncrashed ${variantId(variant)} ended with ${JSON.stringify(result.end)}: ${result.output}`)
       life = next
     }
-    const read = await where.read((store) => Effect.either(store.readLog(Ids.runId(where.runId), { verify: true })))
-    if (read._tag === "Left") throw new Error(`the uncrashed ${variantId(variant)}'s log does not verify: ${String(read.left)}`)
-    if (Option.isNone(read.right.finished)) throw new Error(`the uncrashed ${variantId(variant)} did not finish`)
+    const logs: Array<RunLog.RunLog> = []
+    for (const runId of where.runIds) {
+      const read = await where.read((store) => Effect.either(store.readLog(Ids.runId(runId), { verify: true })))
+      if (read._tag === "Left") throw new Error(`the uncrashed ${variantId(variant)}'s log of ${runId} does not verify: ${String(read.left)}`)
+      if (Option.isNone(read.right.finished)) throw new Error(`the uncrashed ${variantId(variant)}'s ${runId} did not finish`)
+      logs.push(read.right)
+    }
     // A variant on a fresh database enumerates only the opening of the store (its migration).
     const all = variant.store === "pgfresh" ? keys.filter((k) => k.name.includes("open: ")) : [...keys, ...timed]
-    return { variant, lives, lengths, keys: all, log: read.right }
+    return { variant, lives, lengths, keys: all, logs }
   } finally {
     await where.cleanup()
   }
@@ -333,6 +354,76 @@ const compare = (log: RunLog.RunLog, ref: RunLog.RunLog): string | undefined => 
   return undefined
 }
 
+/**
+ * Every invariant of one run of a finished scenario: its log verifies and passes the audit, its
+ * acknowledged writes are in it, no `"Never"` call ran twice (and one recorded `Executed` ran
+ * once), and it equals the uncrashed run's log `reference`.
+ */
+const checkRun = async (
+  where: Place,
+  runIdText: string,
+  reference: RunLog.RunLog,
+  allAcks: ReadonlyArray<Pool.Ack>,
+  allExecutions: ReadonlyArray<Scenario.Execution>,
+  id: string
+): Promise<{ readonly invariants: number; readonly failures: ReadonlyArray<string> }> => {
+  const failures: Array<string> = []
+  let invariants = 0
+  const runId = Ids.runId(runIdText)
+  const read = await where.read((store) =>
+    Effect.gen(function*() {
+      const log = yield* Effect.either(store.readLog(runId, { verify: true }))
+      const summary = (yield* store.listRuns()).find((s) => s.runId === runIdText)
+      return { log, summary }
+    })
+  )
+  invariants += 2
+  if (read.log._tag === "Left") {
+    failures.push(`${id}: the log does not verify: ${read.log.left.message}`)
+    return { invariants, failures }
+  }
+  // polyloop verify's audit (Verify.runFindings) on the log read in full above.
+  const findings = [
+    ...RunLogAudit.logProblems(read.log.right),
+    ...(read.summary === undefined ? ["the store does not list the run"] : RunLogAudit.summaryProblems(read.summary, read.log.right))
+  ]
+  for (const finding of findings) failures.push(`${id}: verify: ${finding}`)
+  const log = read.log.right
+  const records = RunLog.records(log)
+  for (const ack of allAcks) {
+    if (ack.runId !== runIdText) continue
+    invariants++
+    const last = records[ack.last]
+    if (last === undefined || last.seq !== ack.last || last._tag !== ack.tag) {
+      failures.push(`${id}: the acknowledged write of records ${ack.first}..${ack.last} (${ack.tag}) is not in the log (${records.length} records)`)
+    }
+  }
+  const executions = allExecutions.filter((e) => e.runId === runIdText)
+  const runs = new Map<string, number>()
+  for (const execution of executions) {
+    if (execution.replay === "Never") runs.set(`${execution.step}:${execution.callId}`, (runs.get(`${execution.step}:${execution.callId}`) ?? 0) + 1)
+  }
+  for (const [call, count] of runs) {
+    invariants++
+    if (count > 1) failures.push(`${id}: the "Never" call ${call} ran ${count} times`)
+  }
+  // A "Never" result recorded Executed ran exactly once.
+  for (const result of log.results) {
+    const action = result.action
+    const never = action._tag === "ToolCall" ? neverTools.includes(action.name) : action.code.startsWith("never ")
+    if (result.outcome.status !== "Executed" || !never) continue
+    invariants++
+    const count = action._tag === "ToolCall"
+      ? runs.get(`${result.step}:${action.id}`) ?? 0
+      : executions.filter((e) => e.step === result.step && e.replay === "Never").length
+    if (count !== 1) failures.push(`${id}: the "Never" call of step ${result.step} is recorded Executed but ran ${count} times`)
+  }
+  invariants++
+  const why = compare(log, reference)
+  if (why !== undefined) failures.push(`${id}: ${why}`)
+  return { invariants, failures }
+}
+
 /** The most lives a scenario gets before it counts as not finishing. */
 const maxLives = 14
 
@@ -395,57 +486,12 @@ export const runScenario = async (env: Env, ref: Reference, point: number, seed:
       if (failures.length === 0) failures.push(`${id}: the run did not finish in ${maxLives} lives`)
       return { id, deaths, invariants, unreached, failures }
     }
-    const runId = Ids.runId(where.runId)
-    const read = await where.read((store) =>
-      Effect.gen(function*() {
-        const log = yield* Effect.either(store.readLog(runId, { verify: true }))
-        const summary = (yield* store.listRuns()).find((s) => s.runId === where.runId)
-        return { log, summary }
-      })
-    )
-    invariants += 2
-    if (read.log._tag === "Left") {
-      failures.push(`${id}: the log does not verify: ${read.log.left.message}`)
-      return { id, deaths, invariants, unreached, failures }
-    }
-    // polyloop verify's audit (Verify.runFindings) on the log read in full above.
-    const findings = [
-      ...RunLogAudit.logProblems(read.log.right),
-      ...(read.summary === undefined ? ["the store does not list the run"] : RunLogAudit.summaryProblems(read.summary, read.log.right))
-    ]
-    for (const finding of findings) failures.push(`${id}: verify: ${finding}`)
-    const log = read.log.right
-    const records = RunLog.records(log)
-    for (const ack of acks) {
-      invariants++
-      const last = records[ack.last]
-      if (last === undefined || last.seq !== ack.last || last._tag !== ack.tag) {
-        failures.push(`${id}: the acknowledged write of records ${ack.first}..${ack.last} (${ack.tag}) is not in the log (${records.length} records)`)
-      }
-    }
     const executions = Scenario.readExecutions(where.side)
-    const runs = new Map<string, number>()
-    for (const execution of executions) {
-      if (execution.replay === "Never") runs.set(`${execution.step}:${execution.callId}`, (runs.get(`${execution.step}:${execution.callId}`) ?? 0) + 1)
+    for (let r = 0; r < where.runIds.length; r++) {
+      const checked = await checkRun(where, where.runIds[r]!, ref.logs[r]!, acks, executions, where.runIds.length > 1 ? `${id} (${where.runIds[r]})` : id)
+      invariants += checked.invariants
+      failures.push(...checked.failures)
     }
-    for (const [call, count] of runs) {
-      invariants++
-      if (count > 1) failures.push(`${id}: the "Never" call ${call} ran ${count} times`)
-    }
-    // A "Never" result recorded Executed ran exactly once.
-    for (const result of log.results) {
-      const action = result.action
-      const never = action._tag === "ToolCall" ? neverTools.includes(action.name) : action.code.startsWith("never ")
-      if (result.outcome.status !== "Executed" || !never) continue
-      invariants++
-      const count = action._tag === "ToolCall"
-        ? runs.get(`${result.step}:${action.id}`) ?? 0
-        : executions.filter((e) => e.step === result.step && e.replay === "Never").length
-      if (count !== 1) failures.push(`${id}: the "Never" call of step ${result.step} is recorded Executed but ran ${count} times`)
-    }
-    invariants++
-    const why = compare(log, ref.log)
-    if (why !== undefined) failures.push(`${id}: ${why}`)
     return { id, deaths, invariants, unreached, failures }
   } finally {
     await where.cleanup()
@@ -570,22 +616,28 @@ export const parseId = (id: string): { readonly variant: Variant; readonly point
   return { variant: parseVariant(match[1]!), point: Number(match[2]), seed: Number(match[3]) }
 }
 
+/** Steps of the tool script in the variants of several runs at once (a write, an echo, a reply without action, the submit). */
+const groupedSteps = 4
+
 /**
  * The suite's variants: every script on SQLite through the fault hook, the tool script also
- * without it (appends as applications run them); with PostgreSQL the same on the suite's
- * database, and the opening of a fresh database (its migration) for the tool script.
+ * without it (appends as applications run them), and three runs of it at once in lockstep, whose
+ * appends the store writes grouped in one statement (design 0350); with PostgreSQL the same on
+ * the suite's database, and the opening of a fresh database (its migration) for the tool script.
  */
 export const suiteVariants = (options: { readonly pg: boolean }): ReadonlyArray<Variant> => {
   const on = (store: StoreKind): ReadonlyArray<Variant> => [
-    { script: "tools", store, hooked: true, steps: Scripts.defaultSteps.tools },
-    { script: "tools", store, hooked: false, steps: Scripts.defaultSteps.tools },
-    { script: "multi", store, hooked: true, steps: Scripts.defaultSteps.multi },
-    { script: "code", store, hooked: true, steps: Scripts.defaultSteps.code },
-    { script: "approval", store, hooked: true, steps: Scripts.defaultSteps.approval }
+    { script: "tools", store, hooked: true, steps: Scripts.defaultSteps.tools, runs: 1 },
+    { script: "tools", store, hooked: false, steps: Scripts.defaultSteps.tools, runs: 1 },
+    { script: "multi", store, hooked: true, steps: Scripts.defaultSteps.multi, runs: 1 },
+    { script: "code", store, hooked: true, steps: Scripts.defaultSteps.code, runs: 1 },
+    { script: "approval", store, hooked: true, steps: Scripts.defaultSteps.approval, runs: 1 },
+    // Three runs at once, appends as applications run them: grouped (design 0350).
+    { script: "tools", store, hooked: false, steps: groupedSteps, runs: 3 }
   ]
   return [
     ...on("sqlite"),
-    ...(options.pg ? [...on("pg"), { script: "tools", store: "pgfresh", hooked: true, steps: 2 } as const] : [])
+    ...(options.pg ? [...on("pg"), { script: "tools", store: "pgfresh", hooked: true, steps: 2, runs: 1 } as const] : [])
   ]
 }
 
