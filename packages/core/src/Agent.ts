@@ -29,6 +29,7 @@ import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import type * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { ActionExecutor } from "./ActionExecutor.js"
 import * as AgentDefinition from "./AgentDefinition.js"
@@ -207,35 +208,44 @@ const conversationExhausted = (run: Run, budget: ConversationBudget): BudgetItem
 const logModelFailure = (step: number, error: ModelError) =>
   Effect.logDebug(`polyloop: model call of step ${step} failed (retryable: ${error.retryable}): ${error.message}`)
 
-/** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only. */
-const generate = (run: Run, step: number, sent: Rendering.Sent | undefined) => {
+/** One attempt of a step's model call (streamed or not), on the request `sent` or the whole history. */
+const modelCall = (run: Run, step: number, sent: Rendering.Sent | undefined): Effect.Effect<ModelReply, ModelError> => {
   // A value (design 0211): a read-only view of the history's first n messages, made in O(1);
   // under a masking policy, the masker's view (design 0300), made in O(1) too.
   const messages = sent !== undefined ? sent.messages : PrefixView.prefix(run.state.messages)
   const request: ModelRequest = run.parallel
     ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
     : { messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
-  const call = run.streaming ? Streaming.modelCall(run, step, request) : run.model.generate(request)
-  // The happy path pays for one handler and no schedule: `Effect.retry` starts only after a
-  // retryable failure, replaying that failure as its first attempt, so the model is called
-  // `maxAttempts` times in all. Every failed attempt is logged.
-  // A retryable error whose `retryAfter` hint is beyond `modelRetry.maxDelay` is not retried:
-  // the step fails at once, the message saying why (design 0140).
+  return run.streaming ? Streaming.modelCall(run, step, request) : run.model.generate(request)
+}
+
+/**
+ * What follows a failed first attempt of `call`: retried per `modelRetry` on a retryable
+ * `ModelError` only. The happy path pays for one handler and no schedule: `Effect.retry` starts
+ * only after a retryable failure, replaying that failure as its first attempt, so the model is
+ * called `maxAttempts` times in all. Every failed attempt is logged. A retryable error whose
+ * `retryAfter` hint is beyond `modelRetry.maxDelay` is not retried: the step fails at once, the
+ * message saying why (design 0140).
+ */
+const retryAfter = (run: Run, step: number, call: Effect.Effect<ModelReply, ModelError>, first: ModelError): Effect.Effect<ModelReply, ModelError> => {
   const retry = run.request.agent.modelRetry
   const waitable = (error: ModelError) => error.retryable && AgentDefinition.exceedsMaxDelay(retry, error) === undefined
   const explained = (error: ModelError) => AgentDefinition.exceedsMaxDelay(retry, error) ?? error
-  return call.pipe(
-    Effect.catchAll((first) => {
-      if (!waitable(first)) return Effect.zipRight(logModelFailure(step, first), Effect.fail(explained(first)))
-      const logged = Effect.tapError(call, (error) => logModelFailure(step, error))
-      let replayed = false
-      const again = Effect.suspend(() => {
-        if (replayed) return logged
-        replayed = true
-        return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
-      })
-      return Effect.mapError(Effect.retry(again, { schedule: run.schedule, while: waitable }), explained)
-    }),
+  if (!waitable(first)) return Effect.zipRight(logModelFailure(step, first), Effect.fail(explained(first)))
+  const logged = Effect.tapError(call, (error) => logModelFailure(step, error))
+  let replayed = false
+  const again = Effect.suspend(() => {
+    if (replayed) return logged
+    replayed = true
+    return Effect.zipRight(logModelFailure(step, first), Effect.fail(first))
+  })
+  return Effect.mapError(Effect.retry(again, { schedule: run.schedule, while: waitable }), explained)
+}
+
+/** The model call of a step, retried per `modelRetry` on a retryable `ModelError` only; in its span when traced. */
+const generate = (run: Run, step: number, sent: Rendering.Sent | undefined) => {
+  const call = modelCall(run, step, sent)
+  return Effect.catchAll(call, (first) => retryAfter(run, step, call, first)).pipe(
     // The GenAI attributes (design 0212): the request's before the call, the reply's after it.
     run.traced ? Effect.tap(Tracing.annotateReply) : identity,
     span(run, "Agent.model", () => Tracing.modelAttributes(run.runId, step, run.request.agent.modelSettings), "client")
@@ -330,62 +340,75 @@ const summarise = (run: Run, step: number, renderer: Rendering.Renderer, planned
   })
 
 /**
- * The model call of a step, with the emergency step (design 0300, decision 4): a request the
- * provider refuses as too long is shrunk by the policy (every step but the last dropped,
- * recorded) and sent again once; `ContextWindowExceeded` when the policy cannot shrink it.
+ * The model call of a step, then `then` with its reply and the request it answered; with the
+ * emergency step (design 0300, decision 4): a request the provider refuses as too long is shrunk
+ * by the policy (every step but the last dropped, recorded) and sent again once;
+ * `ContextWindowExceeded` when the policy cannot shrink it. Errors of `then` are not handled here.
+ *
+ * Written as one handler around the call (design 0350, "Flattening execute"): a run parked in its
+ * model call holds one continuation frame for all of this — the retries, the emergency step and
+ * the rest of the step — rather than one per combinator (catch, retry, map, catch, flatMap).
  */
-const generateFitting = (
+const generateThen = (
   run: Run,
   step: number,
-  sent: Rendering.Sent | undefined
-): Effect.Effect<readonly [ModelReply, Rendering.Sent | undefined], Gate.LoopError> => {
+  sent: Rendering.Sent | undefined,
+  then: (reply: ModelReply, sent: Rendering.Sent | undefined) => Effect.Effect<void, Gate.LoopError>
+): Effect.Effect<void, Gate.LoopError> => {
   const renderer = run.renderer
-  const call = (current: Rendering.Sent | undefined) => {
-    const generated = generate(run, step, current)
+  const attempt = (current: Rendering.Sent | undefined, onFailure: (error: ModelError) => Effect.Effect<void, Gate.LoopError>) => {
+    const replied = (reply: ModelReply) => then(reply, current)
     // The step is named to the client only when steps may be missing from the request (a
     // policy that drops or summarises, or a compaction already made); otherwise the number of
     // its Assistant messages says it, and the step pays nothing for a fiber reference.
     const named = renderer !== undefined && (renderer.compacts || run.state.compactions.length > 0)
-    return named ? Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" }) : generated
-  }
-  return call(sent).pipe(
-    Effect.map((reply) => [reply, sent] as const),
-    Effect.catchIf(isContextExceeded, (error): Effect.Effect<readonly [ModelReply, Rendering.Sent | undefined], Gate.LoopError> => {
-      const planned = renderer?.emergency(run.state)
-      if (renderer === undefined || planned === undefined) return Effect.fail(exceeded(run, step, error))
-      return Effect.flatMap(compact(run, step, "ContextExceeded", planned), () => {
-        const again = renderer.request(run.state)
-        return call(again).pipe(
-          Effect.map((reply) => [reply, again] as const),
-          Effect.catchIf(isContextExceeded, (second) => Effect.fail(exceeded(run, step, second)))
-        )
+    if (named || run.traced) {
+      const generated = generate(run, step, current)
+      return Effect.matchEffect(named ? Effect.locally(generated, currentCall, { runId: run.runId, step, purpose: "Step" }) : generated, {
+        onFailure,
+        onSuccess: replied
       })
+    }
+    // Untraced and unnamed, `generate` inlined: the retries start in the failure handler.
+    const call = modelCall(run, step, current)
+    return Effect.matchEffect(call, {
+      onFailure: (first) => Effect.matchEffect(retryAfter(run, step, call, first), { onFailure, onSuccess: replied }),
+      onSuccess: replied
     })
-  )
+  }
+  return attempt(sent, (error) => {
+    if (!isContextExceeded(error)) return Effect.fail(error)
+    const planned = renderer?.emergency(run.state)
+    if (renderer === undefined || planned === undefined) return Effect.fail(exceeded(run, step, error))
+    return Effect.flatMap(compact(run, step, "ContextExceeded", planned), () =>
+      attempt(renderer.request(run.state), (second) => Effect.fail(isContextExceeded(second) ? exceeded(run, step, second) : second)))
+  })
 }
 
 /** One live step: model call, durable reply, parse, then `settle`. */
 const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
+  const afterReply = (generated: ModelReply, sent: Rendering.Sent | undefined) => {
+    run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+    const reply = History.assignReplyCallIds(generated, step)
+    const replied: RunLog.ModelReplied = {
+      _tag: "ModelReplied",
+      seq: run.state.seq,
+      step: asStep(step),
+      reply,
+      requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
+    }
+    return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
+      run.state.seq += 1
+      return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
+        Effect.flatMap(decideReply(run, reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
+    })
+  }
   const body = andThen(emit(run, { _tag: "StepStarted", runId: run.runId, step }), () =>
-    Effect.flatMap(prepare(run, step), (prepared) =>
-      Effect.flatMap(generateFitting(run, step, prepared), ([generated, sent]) => {
-        run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
-        const reply = History.assignReplyCallIds(generated, step)
-        const replied: RunLog.ModelReplied = {
-          _tag: "ModelReplied",
-          seq: run.state.seq,
-          step: asStep(step),
-          reply,
-          requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
-        }
-        return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
-          run.state.seq += 1
-          return andThen(emit(run, { _tag: "ModelReplied", runId: run.runId, step, reply }), () =>
-            Effect.flatMap(decideReply(run, reply), (decision) => Step.settle(run, step, reply, decision, startedAt, false)))
-        })
-      })))
+    run.renderer === undefined
+      ? generateThen(run, step, undefined, afterReply)
+      : Effect.flatMap(prepare(run, step), (prepared) => generateThen(run, step, prepared, afterReply)))
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
 }
 
@@ -823,14 +846,25 @@ export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, R
   return whileBusy === undefined ? attempt : Effect.retry(attempt, { schedule: whileBusy, while: (error) => error._tag === "RunBusy" })
 }
 
+/** A result known without running the loop, as the effect `execute`'s generators return. */
+const done = (result: RunResult): Effect.Effect<RunResult> => Effect.succeed(result)
+
 /** A conversation's message: the caller's id for it (a retried send appends nothing) and its text. */
 interface SentMessage {
   readonly messageId: string
   readonly text: string
 }
 
+/**
+ * One attempt of a run. Flattened for the runs in flight (design 0350, "Flattening execute"):
+ * the checks and the claim run in generators that return, as a value, the effect that carries the
+ * run on (its loop), so no generator waits on the loop; the claim's scope is the attempt's own
+ * (`Effect.scopedWith`, closed when the attempt ends, interruption included) and is given to the
+ * claim alone, not provided to the whole attempt. A parked run's fiber then holds the scope's
+ * `onExit` and the step's frames, not a generator, a context provide and a scope's per frame.
+ */
 const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Effect<RunResult, RunError, Requirements> =>
-  Effect.gen(function*() {
+  Effect.flatten(Effect.gen(function*() {
     const request = given
     const runId = request.runId
     const executor = yield* ActionExecutor
@@ -853,34 +887,34 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
     const clock = yield* Effect.clock
     const counters = Option.getOrElse(yield* Effect.serviceOption(TokenCounter.TokenCounter), () => TokenCounter.approximateOnly)
     const summariser = yield* Effect.serviceOption(HistoryPolicy.Summariser)
-    return yield* Effect.scoped(
-      Effect.gen(function*() {
+    return Effect.scopedWith((scope) =>
+      Effect.flatten(Effect.gen(function*() {
         // Claim first, then read the log once: under the claim nobody else writes, so what is
         // read decides. A busy run that turns out to be finished still returns its result.
-        const claimed = yield* Effect.either(store.claim(runId))
+        const claimed = yield* Effect.either(Scope.extend(store.claim(runId), scope))
         if (Either.isLeft(claimed)) {
           const error = claimed.left
           if (error._tag !== "RunBusy") return yield* error
           const log = yield* store.readLog(runId)
-          if (Option.isSome(log.finished)) return resultOf(runId, log.finished.value)
+          if (Option.isSome(log.finished)) return done(resultOf(runId, log.finished.value))
           const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
-          if (answered !== undefined) return answered
+          if (answered !== undefined) return done(answered)
           // A turn of this conversation runs in this process: the message waits for it (decision 8).
           const queued = message === undefined ? undefined : queueWith(store, runId, given, message, log, parser.id)
-          if (queued !== undefined) return yield* queued
+          if (queued !== undefined) return queued
           return yield* error
         }
         const log = yield* store.readLog(runId)
         if (Option.isSome(log.finished)) {
           if (message !== undefined) return yield* notAConversation(runId)
-          return resultOf(runId, log.finished.value)
+          return done(resultOf(runId, log.finished.value))
         }
         const started = Option.getOrUndefined(log.started)
         const conversation = started !== undefined ? started.conversation !== undefined : message !== undefined
         if (message !== undefined && !conversation) return yield* notAConversation(runId)
         // A message already sent (a retried send): its turn's result, once it has one.
         const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
-        if (answered !== undefined) return answered
+        if (answered !== undefined) return done(answered)
         // A conversation's task is its first message: its snapshot is of that task, whatever is sent later.
         const request: RunRequest = started !== undefined && conversation ? { ...given, task: started.task } : given
         const agent = request.agent
@@ -952,7 +986,8 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           }
           inboxesOf(store).set(runId, inbox)
           current.inbox = inbox
-          yield* Effect.addFinalizer(() =>
+          yield* Scope.addFinalizer(
+            scope,
             Effect.gen(function*() {
               inbox.accepting = false
               if (inboxesOf(store).get(runId) === inbox) inboxesOf(store).delete(runId)
@@ -968,8 +1003,7 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
         }
         if (started === undefined) {
           yield* start(current, snapshot, message)
-          const result = yield* loop(current)
-          return conversation ? { ...result, turn: 0 } : result
+          return conversation ? Effect.map(loop(current), (result) => ({ ...result, turn: 0 })) : loop(current)
         }
         const rebuilt = yield* State.rebuild(runId, log, messages, texts)
         current.state = rebuilt.state
@@ -988,15 +1022,14 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           }
           // A fork nothing has run on yet continues without a RunResumed: it was not interrupted.
           if (!Fork.isUntouched(log)) yield* resume(current, interrupted, rebuilt.interruptedResults)
-          const result = yield* loop(current)
-          if (!conversation) return result
+          if (!conversation) return loop(current)
           // A conversation: the turns of held messages, in order, then the new message's turn.
-          return yield* converse(current, log, message, inForce, snapshot, result)
+          return Effect.flatMap(loop(current), (result) => converse(current, log, message, inForce, snapshot, result))
         }
-        return yield* converse(current, log, message, inForce, snapshot, undefined)
-      })
+        return converse(current, log, message, inForce, snapshot, undefined)
+      }))
     )
-  }).pipe((body) =>
+  })).pipe((body) =>
     // The run's span only when a tracer listens (design 0350): the built-in tracer's span is seen
     // by nobody, and making it costs every run a span object and the frames that provide it.
     Effect.tracerWith((tracer) =>
