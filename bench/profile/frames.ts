@@ -1,7 +1,10 @@
 /**
  * The continuation stack of one run parked in its model call (issue 35): each frame, innermost
- * last, with the function it continues with (its source location in the compiled packages).
- *   tsx bench/profile/frames.ts [--sqlite]
+ * last, with the functions it continues with. The model parks as `heap.ts`'s does (its
+ * `Deferred.await` adds 3 frames, its `zipRight` 1). `--forEach`: the run is started as
+ * `heap.ts` starts its runs (`Effect.forEach` with unbounded concurrency, services provided
+ * around it), else forked with the services provided inside its fiber (4 frames of a provide).
+ *   tsx bench/profile/frames.ts [--sqlite] [--forEach]
  * (Run it on the compiled packages, without `--conditions=@polyloop/source`, after `tsc -b`.)
  */
 import * as Agent from "@polyloop/core/Agent"
@@ -30,15 +33,24 @@ const describe = (value: unknown): string => {
 
 const program = (store: RunLogStore.RunLogStore.Service) =>
   Effect.gen(function*() {
-    const parked = yield* Deferred.make<void>()
+    const parked = yield* Deferred.make<Fiber.RuntimeFiber<unknown, unknown>>()
     const release = yield* Deferred.make<void>()
     const model = F.model(F.replies(4), {
-      onCall: (step) => step !== 2 ? Effect.void : Effect.zipRight(Deferred.succeed(parked, undefined), Deferred.await(release))
+      onCall: (step) =>
+        step !== 2 ? Effect.void : Effect.zipRight(
+          Effect.withFiberRuntime<boolean>((runFiber) => Deferred.succeed(parked, runFiber)),
+          Deferred.await(release)
+        )
     })
-    const fiber = yield* Effect.fork(Agent.run(F.request("frames", 4)).pipe(Effect.provide(F.contextOf(store, model))))
-    yield* Deferred.await(parked)
+    const request = F.request("frames", 4)
+    const fiber = yield* Effect.fork(
+      process.argv.includes("--forEach")
+        ? F.runAllOn(store, model, [request])
+        : Effect.asVoid(Agent.run(request).pipe(Effect.provide(F.contextOf(store, model))))
+    )
+    const runFiber = yield* Deferred.await(parked)
     yield* Effect.yieldNow()
-    const stack = (fiber as unknown as { readonly _stack: ReadonlyArray<Frame> })._stack
+    const stack = (runFiber as unknown as { readonly _stack: ReadonlyArray<Frame> })._stack
     process.stdout.write(`${stack.length} frames (outermost first):\n`)
     for (const frame of stack) {
       process.stdout.write(`  ${frame._op.padEnd(20)} ${describe(frame.effect_instruction_i0)} | ${describe(frame.effect_instruction_i1)} | ${describe(frame.effect_instruction_i2)}\n`)

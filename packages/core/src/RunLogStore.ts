@@ -41,7 +41,7 @@ import type * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import type * as Arr from "effect/Array"
 import * as Blobs from "./Blobs.js"
 import { ConcurrentWriter, RunBusy, StoreError } from "./Errors.js"
@@ -565,15 +565,16 @@ export const applyQuery = (summaries: ReadonlyArray<RunSummary>, query: ListRuns
  */
 export const makeLocalClaims = (): Backend["claim"] => {
   const claimed = new Set<string>()
+  // Taken and its release added in one uninterruptible region, as `acquireRelease` does, but
+  // with `Scope.addFinalizer`: `acquireRelease`'s finalizer keeps a copy of the claimant's fiber
+  // references for as long as the run holds the claim (design 0350); the release needs none.
   return (runId) =>
-    Effect.acquireRelease(
-      Effect.suspend(() => {
+    Effect.flatMap(Effect.scope, (scope) =>
+      Effect.uninterruptible(Effect.suspend(() => {
         if (claimed.has(runId)) return Effect.fail(new RunBusy({ runId, owner: "this process" }))
         claimed.add(runId)
-        return Effect.void
-      }),
-      () => Effect.sync(() => claimed.delete(runId))
-    )
+        return Scope.addFinalizerExit(scope, () => Effect.sync(() => claimed.delete(runId)))
+      })))
 }
 
 /** An in-memory backend: JSON texts in a map; claims in a set; blobs (design 0330). Each call makes a fresh store. */
