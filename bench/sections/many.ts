@@ -13,7 +13,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as path from "node:path"
 import * as F from "../lib/fixtures.js"
-import { heapUsed, now, type Reps, stat, type Stat } from "../lib/measure.js"
+import { heapUsed, now, type Reps, settledHeapUsed, stat, type Stat } from "../lib/measure.js"
 import * as Raw from "../lib/sqlite.js"
 import { withSqlite } from "../lib/store.js"
 
@@ -49,7 +49,10 @@ const once = (store: RunLogStore.RunLogStore.Service, runs: number, stepsPerRun:
           )
     const model = F.model(script, { onCall })
     const batch = ++counter
-    const before = heapUsed()
+    // Settled: the last repetition's store (tens of MB for the memory store's logs) could still
+    // be reachable for a while after it ended; measured at once, it was counted in "before" and
+    // collected during the runs, and the figure read low, even below zero.
+    const before = yield* Effect.promise(settledHeapUsed)
     const t0 = now()
     const fiber = yield* Effect.fork(
       F.runAllOn(store, model, Array.from({ length: runs }, (_, i) => F.request(`many-${batch}-${i}`, stepsPerRun)))
