@@ -73,8 +73,11 @@ export const make: Effect.Effect<IndexWriter, never, SqlClient.SqlClient | Scope
         for (const entry of group) yield* Deferred.done(entry.done, yield* Effect.exit(alone(entry.item)))
       }), { discard: true }).pipe(Effect.uninterruptible)
 
-  yield* Queue.takeBetween(queue, 1, maxRows).pipe(
-    Effect.flatMap((chunk) => writeEntries(Chunk.toReadonlyArray(chunk))),
+  // Entries once taken are written: only the wait for them can be interrupted, so no taken
+  // entry is dropped (its writer left waiting) by an interruption between the take and the write.
+  yield* Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(restore(Queue.takeBetween(queue, 1, maxRows)), (chunk) => writeEntries(Chunk.toReadonlyArray(chunk)))
+  ).pipe(
     Effect.forever,
     // Interruptible while it waits, even when made inside an uninterruptible region (a layer's
     // construction): a forked fiber inherits the flag and could never be stopped.
