@@ -9,18 +9,66 @@ const util = require("node:util")
 const v8 = require("node:v8")
 const vm = require("node:vm")
 const { Console } = require("node:console")
+const { Writable } = require("node:stream")
 
-const out = (text) => fs.writeSync(1, text)
-const reply = (message) => fs.writeSync(2, JSON.stringify(message) + "\n")
+// Every write is synchronous and whole (design 0331, decision 7): what an action prints is in the
+// pipe before its boundary token. A descriptor made non-blocking (by code that reached `process`)
+// is waited on.
+const pause = new Int32Array(new SharedArrayBuffer(4))
+const writeAll = (fd, data) => {
+  const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data
+  let offset = 0
+  while (offset < bytes.length) {
+    try {
+      offset += fs.writeSync(fd, bytes, offset, bytes.length - offset)
+    } catch (error) {
+      if (error === null || typeof error !== "object" || error.code !== "EAGAIN") throw error
+      Atomics.wait(pause, 0, 0, 1)
+    }
+  }
+}
+const out = (text) => writeAll(1, text)
+const reply = (message) => writeAll(2, JSON.stringify(message) + "\n")
+const MAX_TEXT = 4 * 1024 * 1024
+const bounded = (text) => text.length <= MAX_TEXT ? text : `${text.slice(0, MAX_TEXT)}\n[cut: ${text.length - MAX_TEXT} more characters]`
 
 class FinalAnswer {
   constructor(value) { this.value = value }
 }
-const sandboxConsole = new Console({ stdout: process.stdout, stderr: process.stdout })
+const syncOut = new Writable({
+  write(chunk, _encoding, callback) {
+    writeAll(1, chunk)
+    callback()
+  }
+})
+const sandboxConsole = new Console({ stdout: syncOut, stderr: syncOut })
+// The timers an action starts are its own: every one still pending when it ends is cleared
+// (design 0331, decision 2), as the processes it started are killed.
+const timers = new Set()
+const track = (start, clear) => (callback, delay, ...args) => {
+  const handle = start((...given) => {
+    if (start === setTimeout) timers.delete(handle)
+    return callback(...given)
+  }, delay, ...args)
+  timers.add(handle)
+  return handle
+}
+const untrack = (clear) => (handle) => {
+  timers.delete(handle)
+  clear(handle)
+}
+const clearTimers = () => {
+  for (const handle of timers) clearTimeout(handle)
+  timers.clear()
+}
 const context = vm.createContext({
   console: sandboxConsole,
   final_answer: (value) => { throw new FinalAnswer(value) },
-  setTimeout, clearTimeout, setInterval, clearInterval, queueMicrotask,
+  setTimeout: track(setTimeout, clearTimeout),
+  clearTimeout: untrack(clearTimeout),
+  setInterval: track(setInterval, clearInterval),
+  clearInterval: untrack(clearInterval),
+  queueMicrotask,
   TextEncoder, TextDecoder, URL, Buffer, structuredClone
 })
 const baseNames = new Set(Object.getOwnPropertyNames(context))
@@ -47,25 +95,39 @@ const run = async (code, name) => {
     if (value !== undefined) out(util.inspect(value) + "\n")
   } catch (error) {
     if (error instanceof FinalAnswer) {
-      result.final = typeof error.value === "string" ? error.value : util.inspect(error.value)
+      result.final = bounded(typeof error.value === "string" ? error.value : util.inspect(error.value))
     } else {
       const message = error !== null && typeof error === "object" && "message" in error ? String(error.message) : String(error)
-      result.error = { type: errorName(error), message, traceback: userStack(error, errorName(error), message) }
+      result.error = { type: errorName(error), message: bounded(message), traceback: bounded(userStack(error, errorName(error), message)) }
     }
   }
   return result
 }
 
-const save = (path) => {
+// A value that would take the state file past `limit` (the sandbox's largest file) is listed as
+// not saved (design 0331, decision 4); 64 KiB are kept for the file's own framing.
+const save = (path, limit) => {
   const values = {}
   const saved = []
   const unsaved = []
+  let budget = typeof limit === "number" ? Math.max(0, limit - 64 * 1024) : Infinity
+  const fits = (name, encoded) => {
+    const cost = encoded.length + name.length + 64
+    if (cost > budget) return false
+    budget -= cost
+    return true
+  }
   for (const name of Object.getOwnPropertyNames(context)) {
     if (baseNames.has(name)) continue
     const value = context[name]
     try {
       if (typeof value === "function") throw new Error("function")
-      values[name] = v8.serialize(value).toString("base64")
+      const encoded = v8.serialize(value).toString("base64")
+      if (!fits(name, encoded)) {
+        unsaved.push({ name, reason: `${typeof value}: larger than ${limit} bytes` })
+        continue
+      }
+      values[name] = encoded
       saved.push(name)
     } catch (error) {
       unsaved.push({ name, reason: `${typeof value}: cannot be serialized` })
@@ -92,13 +154,26 @@ const save = (path) => {
     }
     try {
       if (typeof value === "function") throw new Error("function")
-      lexicalValues[name] = { kind, value: v8.serialize(value).toString("base64") }
+      const encoded = v8.serialize(value).toString("base64")
+      if (!fits(name, encoded)) {
+        unsaved.push({ name, reason: `${kind}: larger than ${limit} bytes` })
+        continue
+      }
+      lexicalValues[name] = { kind, value: encoded }
       saved.push(name)
     } catch (error) {
       unsaved.push({ name, reason: `${kind === "class" ? "class" : typeof value}: cannot be serialized` })
     }
   }
-  fs.writeFileSync(path + ".tmp", JSON.stringify({ values, order: Object.keys(values), lexical: lexicalValues }))
+  try {
+    fs.writeFileSync(path + ".tmp", JSON.stringify({ values, order: Object.keys(values), lexical: lexicalValues }))
+  } catch (error) {
+    // Still not writable (no space left, say): no values, every name listed.
+    const reason = `not saved: ${error !== null && typeof error === "object" && typeof error.code === "string" ? error.code : errorName(error)}`
+    for (const name of saved) unsaved.push({ name, reason })
+    saved.length = 0
+    fs.writeFileSync(path + ".tmp", JSON.stringify({ values: {}, order: [], lexical: {} }))
+  }
   fs.renameSync(path + ".tmp", path)
   return { saved, unsaved, pickler: "v8.serialize" }
 }
@@ -131,6 +206,35 @@ const load = (path) => {
   return { restored, lost }
 }
 
+// The processes of the sandbox's pid namespace but its init and this interpreter, not yet exited.
+const others = () => {
+  const found = []
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name) || name === "1" || Number(name) === process.pid) continue
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, "latin1")
+      const state = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0]
+      if (state !== "Z" && state !== "X") found.push(Number(name))
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found
+}
+
+// Kills every process an action left (code that reached `process` can start some): in the
+// sandbox's own pid namespace kill(-1) reaches exactly those but init and the caller (design 0331).
+const reap = () => {
+  for (let round = 0; round < 256 && others().length > 0; round++) {
+    try {
+      process.kill(-1, "SIGKILL")
+    } catch {
+      // nothing left to signal
+    }
+    Atomics.wait(pause, 0, 0, 1)
+  }
+}
+
 const main = async () => {
   reply({ ready: true, node: process.version, pickler: "v8.serialize" })
   const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity })
@@ -140,10 +244,12 @@ const main = async () => {
     if (request.op === "exec") {
       for (const { name, kind } of request.lexical ?? []) if (!lexical.has(name)) lexical.set(name, kind)
       message = await run(request.code, request.name ?? "code")
+      clearTimers()
+      if (request.reap) reap()
       out(request.boundary)
     } else {
       try {
-        message = request.op === "save" ? save(request.path) : load(request.path)
+        message = request.op === "save" ? save(request.path, request.limit) : load(request.path)
       } catch (error) {
         message = { failed: `${errorName(error)}: ${error instanceof Error ? error.message : String(error)}` }
       }

@@ -1,9 +1,9 @@
 # The Python driver of @polyloop/sandbox (design 0330). Runs inside the sandbox as
-# `python3 -I driver.py`; keeps one global namespace and executes each action in it.
+# `python3 -s -u driver.py` (not -I: it implies -E, which ignores PYTHONHASHSEED); keeps one global namespace and executes each action in it.
 # Protocol: requests are JSON lines on the original standard input, replies JSON lines on the
 # original standard error; the action's own standard input is /dev/null and its standard output
 # and error are one stream (the host reads it), ended after each action by a boundary token.
-import ast, base64, importlib, io, json, linecache, os, sys, traceback, types
+import ast, base64, importlib, io, json, linecache, os, signal, sys, traceback, types
 
 proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
 ctl = os.fdopen(os.dup(2), "wb", buffering=0)
@@ -45,6 +45,59 @@ def reply(message):
     ctl.write((json.dumps(message) + "\n").encode("utf-8"))
 
 
+# What the driver sends is bounded (design 0331, decision 5): a longer text is cut and says so.
+MAX_TEXT = 4 * 1024 * 1024
+
+
+def bounded(text):
+    if len(text) <= MAX_TEXT:
+        return text
+    return text[:MAX_TEXT] + "\n[cut: %d more characters]" % (len(text) - MAX_TEXT)
+
+
+def others():
+    """The processes of the sandbox's pid namespace but its init and this interpreter, not yet exited."""
+    found = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
+def reap():
+    """Kills every process an action left in the sandbox (design 0331, decision 2): in its own pid
+    namespace, kill(-1) reaches exactly those but init and the caller; repeated while any runs."""
+    for _ in range(256):
+        if not others():
+            break
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+
+
 def user_traceback(exc):
     te = traceback.TracebackException.from_exception(exc)
     te.stack = traceback.StackSummary.from_list([f for f in te.stack if f.filename.startswith("<step") or f.filename == "<code>"])
@@ -71,13 +124,13 @@ def run(code, name):
                 print(repr(value))
     except FinalAnswer as answer:
         value = answer.value
-        result["final"] = value if isinstance(value, str) else repr(value)
+        result["final"] = bounded(value if isinstance(value, str) else repr(value))
     except SystemExit as exit:
         result["exit"] = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
         if exit.code is not None and not isinstance(exit.code, int):
             print(exit.code)
     except BaseException as exc:
-        result["error"] = {"type": type(exc).__name__, "message": str(exc), "traceback": user_traceback(exc)}
+        result["error"] = {"type": type(exc).__name__, "message": bounded(str(exc)), "traceback": bounded(user_traceback(exc))}
     return result
 
 
@@ -88,7 +141,10 @@ def saveable_names():
         yield name, value
 
 
-def save(path):
+def save(path, limit=None):
+    # A value that would take the state file past `limit` (the sandbox's largest file) is listed
+    # as not saved (design 0331, decision 4); 64 KiB are kept for the file's own framing.
+    budget = None if limit is None else max(0, limit - 64 * 1024)
     values, modules, saved, unsaved = {}, {}, [], []
     for name, value in saveable_names():
         if isinstance(value, types.ModuleType):
@@ -100,13 +156,28 @@ def save(path):
             unsaved.append({"name": name, "reason": "%s: files are not saved" % type(value).__name__})
             continue
         try:
-            values[name] = pickler.dumps(value)
-            saved.append(name)
+            data = pickler.dumps(value)
         except BaseException as exc:
             unsaved.append({"name": name, "reason": "%s: %s" % (type(value).__name__, type(exc).__name__)})
+            continue
+        if budget is not None and len(data) + len(name) + 64 > budget:
+            unsaved.append({"name": name, "reason": "%s: larger than %d bytes" % (type(value).__name__, limit)})
+            continue
+        if budget is not None:
+            budget -= len(data) + len(name) + 64
+        values[name] = data
+        saved.append(name)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump({"pickler": PICKLER, "values": values, "modules": modules, "order": saved}, f)
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump({"pickler": PICKLER, "values": values, "modules": modules, "order": saved}, f)
+    except OSError as exc:
+        # The file could still not be written (no space left, say): no values, every name listed.
+        reason = "not saved: %s" % (exc.strerror or type(exc).__name__)
+        unsaved += [{"name": name, "reason": reason} for name in saved]
+        saved = []
+        with open(tmp, "wb") as f:
+            pickle.dump({"pickler": PICKLER, "values": {}, "modules": {}, "order": []}, f)
     os.replace(tmp, path)
     return {"saved": saved, "unsaved": unsaved, "pickler": PICKLER}
 
@@ -137,6 +208,8 @@ def main():
             if os.getpid() != MAIN_PID:
                 # A process the code forked came back here: it must not answer or read requests.
                 os._exit(0)
+            if request.get("reap"):
+                reap()
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -147,7 +220,7 @@ def main():
             reply(result)
         elif op == "save":
             try:
-                out = save(request["path"])
+                out = save(request["path"], request.get("limit"))
             except BaseException as exc:
                 out = {"failed": "%s: %s" % (type(exc).__name__, exc)}
             out["id"] = request["id"]

@@ -45,6 +45,7 @@ import { fileURLToPath } from "node:url"
 import * as Driver from "./internal/driver.js"
 import { SessionFailure } from "./internal/failure.js"
 import * as Lexical from "./internal/lexical.js"
+import * as Memory from "./internal/memory.js"
 import * as Workspace from "./internal/workspace.js"
 
 /** The languages the sandbox runs. */
@@ -80,8 +81,19 @@ export interface Options {
   readonly wallTime?: Duration.DurationInput
   /** CPU time per action (default: the wall time), in whole seconds (rounded up): `RLIMIT_CPU` set from the host with `prlimit --pid`. */
   readonly cpuTime?: Duration.DurationInput
-  /** Address space of each process (`RLIMIT_AS`, default 1 GiB). */
+  /**
+   * Memory of the whole sandbox, its processes and its private `/tmp` together (default 1 GiB):
+   * a memory cgroup where the host allows one, else measured (see `memoryLimit`); each process's
+   * address space is limited to it as well (`RLIMIT_AS`).
+   */
   readonly memoryBytes?: number
+  /**
+   * How `memoryBytes` is enforced (design 0331, decision 6): `"auto"` (default) a memory cgroup
+   * per interpreter (cgroup v2, else v1) where the host allows one, else the measured fallback;
+   * `"measured"` the fallback only (the host reads the sandbox's resident memory and `/tmp` every
+   * 20 ms and kills it past the bound). `memoryAccounting()` says what `"auto"` gets on this host.
+   */
+  readonly memoryLimit?: "auto" | "measured"
   /** Processes of the sandbox (`RLIMIT_NPROC`, default 64). */
   readonly maxProcesses?: number
   /** Characters of output kept in an observation; the rest is counted (default 20 000). */
@@ -116,6 +128,16 @@ const aliases: Record<string, Language> = {
 
 /** The language of a fence tag, if the sandbox knows it. */
 export const languageOf = (tag: string): Language | undefined => aliases[tag.toLowerCase()]
+
+/** How the sandbox's total memory is bounded on a host: a cgroup's limit, or measured by the host. */
+export type MemoryAccounting = Memory.Accounting
+
+/** What `memoryLimit: "auto"` gets on this host (`"cgroup v2"`, `"cgroup v1"` or `"measured"`). */
+export const memoryAccounting = (): MemoryAccounting => {
+  const control = Memory.detect("auto")
+  Memory.release(control)
+  return control.accounting
+}
 
 /** The ref prefix of a run's snapshots. */
 export const refPrefix = "sandbox/"
@@ -239,6 +261,10 @@ export const make = (
       }),
       (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
     )
+    const memory = yield* Effect.acquireRelease(
+      Effect.sync(() => Memory.detect(options.memoryLimit ?? "auto")),
+      (control) => Effect.sync(() => Memory.release(control))
+    )
     const env: Driver.Environment = {
       isolation,
       bwrap,
@@ -251,7 +277,8 @@ export const make = (
       maxProcesses: options.maxProcesses ?? 64,
       maxFileBytes,
       maxOpenFiles: 256,
-      clockTicks
+      clockTicks,
+      memory
     }
     const owner = isolation === "bubblewrap" && Driver.hostIsRoot() ? Driver.nobody : undefined
     if (owner !== undefined) {
@@ -399,7 +426,15 @@ export const make = (
     const liveOf = (session: Session, language: Language): Effect.Effect<Driver.Live, SessionFailure> =>
       Effect.gen(function*() {
         const running = session.live.get(language)
-        if (running !== undefined) return running
+        if (running !== undefined && !running.memory.exceeded) return running
+        let killed: string | undefined
+        if (running !== undefined) {
+          // The measured fallback killed it between actions (what the last one left in /tmp or in
+          // a thread): it starts again from the last snapshot, and the model is told.
+          yield* Driver.kill(running)
+          session.live.delete(language)
+          killed = `[the ${language} sandbox went over its ${Math.round(env.memoryBytes / (1024 * 1024))} MiB of memory after the last action and was killed; its interpreter was restarted${session.last === undefined ? "" : ` with the variables saved after step ${session.last.step}`}]`
+        }
         const live = yield* Driver.start(env, session.dirs, language, outputLimit, startMillis).pipe(Effect.provide(executor))
         session.live.set(language, live)
         const state = session.last?.states[language]
@@ -431,35 +466,55 @@ export const make = (
             session.note = `[the ${language} interpreter was restarted with the variables saved after step ${session.last!.step}; not restored: ${lost.join(", ")}]`
           }
         }
+        if (killed !== undefined) session.note = session.note === undefined ? killed : `${killed}\n${session.note}`
         return live
       })
 
-    /** Saves the session after an action of `step` that ran: variables, workspace, manifest, ref. */
-    const snapshot = (session: Session, step: number, ran: Language): Effect.Effect<void, SessionFailure> =>
+    /**
+     * Saves the session after an action of `step` that ran: variables, workspace, manifest, ref.
+     * `notes` gets what the observation must say when the interpreter ended while it saved.
+     */
+    const snapshot = (session: Session, step: number, ran: Language, notes: Array<string>): Effect.Effect<void, SessionFailure> =>
       Effect.gen(function*() {
         const states: Record<string, typeof LanguageState.Type> = { ...(session.last?.states ?? {}) }
         const fresh: Array<Uint8Array> = []
         const live = session.live.get(ran)
         if (live !== undefined) {
           const view = Driver.viewOf(env, session.dirs)
-          const id = yield* Driver.send(live, { op: "save", path: `${view.state}/${Driver.stateFile(ran)}` })
+          const id = yield* Driver.send(live, { op: "save", path: `${view.state}/${Driver.stateFile(ran)}`, limit: maxFileBytes })
           const saved = yield* Driver.awaitReply(live, id)
-          if (saved === undefined || typeof saved.failed === "string") {
-            return yield* new SessionFailure({ reason: "Snapshot", message: `the ${ran} interpreter could not save its variables${saved === undefined ? " (it exited)" : `: ${String(saved.failed)}`}` })
-          }
-          const bytes = yield* Effect.try({
-            try: () => {
-              const file = path.join(session.dirs.state, Driver.stateFile(ran))
-              return Workspace.readRegular(file, 2 * env.memoryBytes + 64 * 1024 * 1024)
-            },
-            catch: (error) => new SessionFailure({ reason: "Snapshot", message: `the saved variables could not be read: ${String(error)}` })
-          })
-          fresh.push(bytes)
-          states[ran] = {
-            hash: Blobs.hashOf(bytes),
-            saved: Array.isArray(saved.saved) ? (saved.saved as ReadonlyArray<string>) : [],
-            unsaved: Array.isArray(saved.unsaved) ? (saved.unsaved as ReadonlyArray<{ readonly name: string; readonly reason: string }>) : [],
-            pickler: typeof saved.pickler === "string" ? saved.pickler : "?"
+          if (saved === undefined) {
+            // The code's doing while it saved — a thread it left wrote to the driver's channel
+            // (design 0331, decision 5), the sandbox ran out of memory, a thread exited the
+            // interpreter: the interpreter is killed, its variables stay as the last snapshot has them.
+            const exit = live.foreign.flooded ? {} : yield* Driver.exitOf(live)
+            const oomKilled = live.group !== undefined && Memory.oomKills(env.memory, live.group) > 0
+            yield* Driver.kill(live)
+            session.live.delete(ran)
+            notes.push(
+              live.foreign.flooded
+                ? `the code wrote ${live.foreign.bytes} bytes to the sandbox driver's reply channel; the interpreter was killed`
+                : live.memory.exceeded || (oomKilled && exit.signal === "SIGKILL")
+                ? `out of memory while its variables were saved: the sandbox's ${Math.round(env.memoryBytes / (1024 * 1024))} MiB are used up; the interpreter was killed`
+                : `the interpreter ended while its variables were saved (${exit.code !== undefined ? `status ${exit.code}` : `signal ${exit.signal ?? "?"}`})`
+            )
+          } else if (typeof saved.failed === "string") {
+            return yield* new SessionFailure({ reason: "Snapshot", message: `the ${ran} interpreter could not save its variables: ${String(saved.failed)}` })
+          } else {
+            const bytes = yield* Effect.try({
+              try: () => {
+                const file = path.join(session.dirs.state, Driver.stateFile(ran))
+                return Workspace.readRegular(file, maxFileBytes)
+              },
+              catch: (error) => new SessionFailure({ reason: "Snapshot", message: `the saved variables could not be read: ${String(error)}` })
+            })
+            fresh.push(bytes)
+            states[ran] = {
+              hash: Blobs.hashOf(bytes),
+              saved: Array.isArray(saved.saved) ? (saved.saved as ReadonlyArray<string>) : [],
+              unsaved: Array.isArray(saved.unsaved) ? (saved.unsaved as ReadonlyArray<{ readonly name: string; readonly reason: string }>) : [],
+              pickler: typeof saved.pickler === "string" ? saved.pickler : "?"
+            }
           }
         }
         const walked = yield* Workspace.walk(session.dirs.workspace, session.cache, maxFileBytes)
@@ -486,12 +541,16 @@ export const make = (
         live.output.begin(boundary, finished)
         // JavaScript's top-level let/const/class are lexical bindings: the driver is told their names to save them (amendment 2).
         const lexical = language === "javascript" ? Lexical.topLevel(code) : []
-        const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical })
+        const oomBefore = live.group === undefined ? 0 : Memory.oomKills(env.memory, live.group)
+        // In its own pid namespace the driver kills what the action started (design 0331, decision 2).
+        const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical, reap: env.isolation === "bubblewrap" })
         const awaited = yield* Effect.timeoutOption(
           Effect.flatMap(Driver.awaitReply(live, id), (reply) =>
             reply === undefined ? Effect.succeed(reply) : Effect.as(Effect.timeoutOption(Deferred.await(finished), "5 seconds"), reply)),
           Duration.millis(wallMillis)
         )
+        // Without a pid namespace the host kills what the action started.
+        if (env.isolation === "none") yield* Effect.sync(() => Driver.killDescendants(live, false))
         const output = live.output.result()
         const parts: Array<string> = []
         if (note !== undefined) parts.push(note)
@@ -507,12 +566,22 @@ export const make = (
           yield* Driver.kill(live)
           session.live.delete(language)
           parts.push(`killed after ${seconds(wallMillis)} (wall-time limit); ${restarted()}`)
+        } else if (awaited.value === undefined && live.foreign.flooded) {
+          // The code wrote to the driver's reply channel: the driver cannot be trusted (design 0331, decision 5).
+          yield* Driver.kill(live)
+          session.live.delete(language)
+          parts.push(`the code wrote ${live.foreign.bytes} bytes to the sandbox driver's reply channel; the interpreter was killed; ${restarted()}`)
         } else if (awaited.value === undefined) {
           const exit = yield* Driver.exitOf(live)
           const said = live.diagnostics.join("\n")
+          // Read before the kill removes the cgroup.
+          const oomKilled = live.group !== undefined && Memory.oomKills(env.memory, live.group) > oomBefore
           yield* Driver.kill(live)
           session.live.delete(language)
-          const how = /heap out of memory|MemoryError|Cannot allocate memory|std::bad_alloc/i.test(said)
+          const oom = live.memory.exceeded || (oomKilled && exit.signal === "SIGKILL")
+          const how = oom
+            ? `out of memory: the sandbox's ${Math.round(env.memoryBytes / (1024 * 1024))} MiB are used up; the interpreter was killed`
+            : /heap out of memory|MemoryError|Cannot allocate memory|std::bad_alloc/i.test(said)
             ? "out of memory: the interpreter was killed"
             : exit.signal === "SIGXCPU"
             ? `killed: CPU time limit of ${cpuSeconds} s exceeded`
@@ -538,7 +607,9 @@ export const make = (
         const still = session.live.get(language)
         if (still !== undefined) yield* Driver.limitCpu(env, still, cpuSeconds, "save").pipe(Effect.provide(executor))
         if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "BeforeSnapshot" })
-        yield* snapshot(session, step, language)
+        const notes: Array<string> = []
+        yield* snapshot(session, step, language, notes)
+        for (const note of notes) parts.push(`${note}; ${restarted()}`)
         if (options.crashPoint !== undefined) yield* options.crashPoint({ runId: session.runId, step, stage: "AfterSnapshot" })
         const observation = hostPathsOut(parts.length === 0 ? "(no output)" : parts.join("\n"), session)
         return ActionOutcome.executed(observation, { envReportedCompletion: completed, truncatedChars: output.truncated })

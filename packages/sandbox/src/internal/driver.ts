@@ -14,6 +14,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as fs from "node:fs"
@@ -21,6 +22,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { StringDecoder } from "node:string_decoder"
 import { SessionFailure } from "./failure.js"
+import * as Memory from "./memory.js"
 
 /** The languages the sandbox runs. */
 export type Language = "python" | "javascript"
@@ -42,6 +44,8 @@ export interface Environment {
   readonly maxOpenFiles: number
   /** The kernel's clock ticks per second (`getconf CLK_TCK`), the unit of `/proc/<pid>/stat`'s CPU times. */
   readonly clockTicks: number
+  /** How the sandbox's total memory is bounded (design 0331, decision 6). */
+  readonly memory: Memory.Control
 }
 
 /** The sandbox's view of the session's directories. */
@@ -100,6 +104,8 @@ const bwrapArgs = (env: Environment, dirs: SessionDirs, interpreter: string): Ar
   args.push(
     "--proc", "/proc",
     "--dev", "/dev",
+    // The private /tmp can never hold more than the whole sandbox may (design 0331, decision 6).
+    "--size", String(env.memoryBytes),
     "--tmpfs", "/tmp",
     "--dir", "/.polyloop",
     "--ro-bind", env.drivers, sandboxDrivers,
@@ -127,11 +133,16 @@ const limits = (env: Environment, language: Language): Array<string> => [
 /** The interpreter's command line (inside the sandbox's view). */
 const interpreterArgs = (env: Environment, language: Language, drivers: string): Array<string> =>
   language === "python"
-    ? [env.python, "-I", "-u", path.join(drivers, "python.py")]
+    // Not -I: it implies -E, which ignores PYTHONHASHSEED (design 0331, decision 8); the
+    // environment is built from nothing (`extendEnv: false`), so no other PYTHON* variable applies.
+    ? [env.python, "-s", "-u", path.join(drivers, "python.py")]
     : [env.node, `--max-old-space-size=${Math.max(32, Math.floor((env.memoryBytes * 0.75) / (1024 * 1024)))}`, path.join(drivers, "javascript.cjs")]
 
-/** The whole command of a session's interpreter. */
-export const commandOf = (env: Environment, dirs: SessionDirs, language: Language): Command.Command => {
+/**
+ * The whole command of a session's interpreter; with a memory cgroup, started by a shell line that
+ * moves itself into the cgroup before it `exec`s the sandbox, so nothing of it runs outside.
+ */
+export const commandOf = (env: Environment, dirs: SessionDirs, language: Language, group?: string): Command.Command => {
   const view = viewOf(env, dirs)
   const interpreter = interpreterArgs(env, language, view.drivers)
   const limited = [env.prlimit, ...limits(env, language), "--", ...interpreter]
@@ -146,7 +157,8 @@ export const commandOf = (env: Environment, dirs: SessionDirs, language: Languag
       ...limited
     ]
     : limited
-  const [head, ...rest] = argv
+  const grouped = group === undefined ? argv : ["/bin/sh", "-c", "echo $$ > \"$0\" && exec \"$@\"", path.join(group, "cgroup.procs"), ...argv]
+  const [head, ...rest] = grouped
   const command = Command.make(head!, ...rest).pipe(
     Command.env({
       PATH: "/usr/local/bin:/usr/bin:/bin",
@@ -234,8 +246,8 @@ export interface Live {
   readonly process: CommandExecutor.Process
   readonly scope: Scope.CloseableScope
   readonly output: Output
-  /** Lines of the reply channel; `null` once it ended (the process is gone). */
-  readonly replies: Queue.Queue<string | null>
+  /** Lines of the reply channel; `null` once it ended (the process is gone); `flood` when the code wrote to it. */
+  readonly replies: Queue.Queue<ReplyLine>
   readonly input: Queue.Queue<Uint8Array>
   /** The last lines on the reply channel that were not replies (bwrap's and the runtime's own messages). */
   readonly diagnostics: Array<string>
@@ -245,7 +257,84 @@ export interface Live {
   readonly comm: string
   /** The processes from the started one down to the interpreter (pid and start time), waited for by `kill`. */
   readonly chain: ReadonlyArray<{ readonly pid: number; readonly start: string }>
+  /** The interpreter's memory cgroup, if the host has them. */
+  readonly group: string | undefined
+  /** Bytes written to the reply channel that were not the driver's (design 0331, decision 5). */
+  readonly foreign: { bytes: number; flooded: boolean }
+  /** Set by the measured fallback when it killed the sandbox for its memory. */
+  readonly memory: { exceeded: boolean }
   nextId: number
+}
+
+/** What the reply channel's reader passes on: a line, the channel's end, or a flood. */
+export type ReplyLine = string | null | typeof flood
+/** The code wrote more to the driver's reply channel than a driver ever does. */
+export const flood: unique symbol = Symbol.for("@polyloop/sandbox/flood")
+
+/** The longest line the reply channel may carry; what the code may write there besides, in all. */
+export const maxReplyBytes = 16 * 1024 * 1024
+
+/**
+ * Splits a byte stream into lines of at most `max` bytes: an oversized line is not held, only
+ * counted (`onOversized` with its size once it ends), so what the host keeps is bounded whatever
+ * is written (design 0331, decision 5).
+ */
+export class LineSplitter {
+  private parts: Array<Buffer> = []
+  private held = 0
+  private dropped = 0
+
+  constructor(
+    private readonly max: number,
+    private readonly onLine: (line: string) => void,
+    private readonly onOversized: (bytes: number) => void
+  ) {}
+
+  /** Bytes held now (at most `max`). */
+  get holding(): number {
+    return this.held
+  }
+
+  feed(chunk: Uint8Array): void {
+    let data = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+    while (data.length > 0) {
+      const newline = data.indexOf(10)
+      const piece = newline < 0 ? data : data.subarray(0, newline)
+      if (this.dropped > 0 || this.held + piece.length > this.max) {
+        this.dropped += this.held + piece.length
+        this.parts = []
+        this.held = 0
+      } else if (piece.length > 0) {
+        this.parts.push(Buffer.from(piece))
+        this.held += piece.length
+      }
+      if (newline < 0) return
+      this.end()
+      data = data.subarray(newline + 1)
+    }
+  }
+
+  private end(): void {
+    if (this.dropped > 0) {
+      const bytes = this.dropped
+      this.dropped = 0
+      this.onOversized(bytes)
+      return
+    }
+    const line = Buffer.concat(this.parts).toString("utf8")
+    this.parts = []
+    this.held = 0
+    this.onLine(line)
+  }
+
+  /** The stream ended: what is held is a last line. */
+  finish(): void {
+    if (this.dropped > 0) this.onOversized(this.dropped + this.held)
+    else if (this.held > 0) this.onLine(Buffer.concat(this.parts).toString("utf8"))
+    this.parts = []
+    this.held = 0
+    this.dropped = 0
+  }
 }
 
 const signalNames = new Map<number, string>(Object.entries(os.constants.signals).map(([name, n]) => [n, name]))
@@ -273,6 +362,8 @@ export const awaitReply = (live: Live, id: number): Effect.Effect<Record<string,
         yield* Queue.offer(live.replies, null)
         return undefined
       }
+      // The code wrote to the driver's channel: its protocol cannot be trusted (the caller kills it).
+      if (line === flood) return undefined
       let message: unknown
       try {
         message = JSON.parse(line)
@@ -286,6 +377,11 @@ export const awaitReply = (live: Live, id: number): Effect.Effect<Record<string,
       }
       live.diagnostics.push(line.length > 500 ? `${line.slice(0, 500)}…` : line)
       if (live.diagnostics.length > 20) live.diagnostics.shift()
+      live.foreign.bytes += line.length + 1
+      if (live.foreign.bytes > maxReplyBytes) {
+        live.foreign.flooded = true
+        return undefined
+      }
     }
   })
 
@@ -299,6 +395,9 @@ export const send = (live: Live, request: Record<string, unknown>): Effect.Effec
 /** Kills the process tree (bwrap's pid namespace goes with it) and closes its scope. */
 export const kill = (live: Live): Effect.Effect<void> =>
   Effect.zipRight(
+    // Without a pid namespace (`isolation: "none"`), what the interpreter started goes first.
+    Effect.sync(() => killDescendants(live, true)),
+    Effect.zipRight(
     Effect.ignore(Effect.timeout(live.process.kill("SIGKILL"), "5 seconds")),
     Scope.close(live.scope, Exit.void)
   ).pipe(
@@ -309,7 +408,40 @@ export const kill = (live: Live): Effect.Effect<void> =>
       Effect.repeat(Effect.sleep("10 millis"), { until: () => live.chain.every((p) => !running(p.pid, p.start)) }),
       "5 seconds"
     )))
+  )).pipe(
+    Effect.zipRight(live.group === undefined ? Effect.void : Effect.ignore(Effect.timeout(
+      Effect.repeat(Effect.sleep("10 millis"), { until: () => (Memory.removeGroup(live.group!), !fs.existsSync(live.group!)) }),
+      "2 seconds"
+    )))
   )
+
+/**
+ * Kills the processes under the interpreter (`isolation: "none"`, where the driver cannot: design
+ * 0331, decision 2), repeated while new ones appear; with `self`, the interpreter too. In bubblewrap the
+ * driver does this itself inside the pid namespace, and the namespace goes with the sandbox.
+ */
+export const killDescendants = (live: Live, self: boolean): void => {
+  if (live.chain.length === 0 || live.chain.length > 1) return
+  const root = live.pid
+  for (let round = 0; round < 64; round++) {
+    const found = Memory.descendants(root).filter((pid) => pid !== root && running(pid, statOf(pid)?.start ?? ""))
+    if (found.length === 0) break
+    for (const pid of found) {
+      try {
+        process.kill(pid, "SIGKILL")
+      } catch {
+        // gone
+      }
+    }
+  }
+  if (self) {
+    try {
+      process.kill(root, "SIGKILL")
+    } catch {
+      // gone
+    }
+  }
+}
 
 /**
  * Starts the interpreter of `language` for a session and waits for the driver's `ready`
@@ -326,8 +458,14 @@ export const start = (
   Effect.gen(function*() {
     const scope = yield* Scope.make()
     const input = yield* Queue.unbounded<Uint8Array>()
-    const replies = yield* Queue.unbounded<string | null>()
-    const command = commandOf(env, dirs, language).pipe(Command.stdin(Stream.fromQueue(input)))
+    // Only one request is outstanding at a time: more lines waiting than this are not the driver's.
+    const replies = yield* Queue.sliding<ReplyLine>(64)
+    const group = env.memory.base === undefined ? undefined : yield* Effect.try({
+      try: () => Memory.makeGroup(env.memory, env.memoryBytes),
+      catch: (error) => new SessionFailure({ reason: "Limit", message: `the sandbox's memory cgroup could not be made: ${String(error)}` })
+    })
+    yield* Scope.addFinalizer(scope, group === undefined ? Effect.void : Effect.sync(() => Memory.removeGroup(group)))
+    const command = commandOf(env, dirs, language, group).pipe(Command.stdin(Stream.fromQueue(input)))
     const started = yield* Scope.extend(Command.start(command), scope).pipe(
       Effect.mapError((error) => new SessionFailure({ reason: "Start", message: `the ${language} sandbox could not be started: ${error.message}` })),
       Effect.tapError(() => Scope.close(scope, Exit.void))
@@ -337,23 +475,64 @@ export const start = (
       Effect.forkScoped(Stream.runForEach(started.stdout, (chunk) => Effect.sync(() => output.feed(chunk))).pipe(Effect.ignore)),
       scope
     )
+    const foreign = { bytes: 0, flooded: false }
+    const diagnostics: Array<string> = []
+    const note = (line: string) => {
+      diagnostics.push(line.length > 500 ? `${line.slice(0, 500)}…` : line)
+      if (diagnostics.length > 20) diagnostics.shift()
+    }
+    const flooded = (bytes: number) => {
+      foreign.bytes += bytes
+      if (!foreign.flooded && foreign.bytes > maxReplyBytes) {
+        foreign.flooded = true
+        Queue.unsafeOffer(replies, flood)
+      }
+    }
+    // The reply channel, split by a bounded splitter: a reply (a JSON object with an id, or the
+    // ready message) is passed on; anything else is a diagnostic (bwrap's, the runtime's), counted.
+    const splitter = new LineSplitter(maxReplyBytes, (line) => {
+      if (line.startsWith("{")) {
+        Queue.unsafeOffer(replies, line)
+        return
+      }
+      note(line)
+      flooded(line.length + 1)
+    }, (bytes) => {
+      foreign.bytes += maxReplyBytes
+      flooded(bytes)
+    })
     yield* Scope.extend(
       Effect.forkScoped(
         started.stderr.pipe(
-          Stream.decodeText(),
-          Stream.splitLines,
-          Stream.runForEach((line) => Queue.offer(replies, line)),
+          Stream.runForEach((chunk) => Effect.sync(() => splitter.feed(chunk))),
           Effect.ignore,
+          Effect.zipRight(Effect.sync(() => splitter.finish())),
           Effect.zipRight(Queue.offer(replies, null))
         )
       ),
       scope
     )
-    const partial: Live = { language, process: started, scope, output, replies, input, diagnostics: [], ready: {}, pid: started.pid, comm: "", chain: [], nextId: 1 }
+    const partial: Live = {
+      language,
+      process: started,
+      scope,
+      output,
+      replies,
+      input,
+      diagnostics,
+      ready: {},
+      pid: started.pid,
+      comm: "",
+      chain: [],
+      group,
+      foreign,
+      memory: { exceeded: false },
+      nextId: 1
+    }
     const ready = yield* Effect.gen(function*() {
       while (true) {
         const line = yield* Queue.take(replies)
-        if (line === null) return undefined
+        if (line === null || line === flood) return undefined
         try {
           const message: unknown = JSON.parse(line)
           if (typeof message === "object" && message !== null && (message as Record<string, unknown>).ready === true) {
@@ -382,7 +561,7 @@ export const start = (
       yield* kill(partial)
       return yield* new SessionFailure({ reason: "Start", message: `the ${language} interpreter's process was not found under the sandbox (found ${comm === "" ? "nothing" : comm})` })
     }
-    return {
+    const live: Live = {
       ...partial,
       ready: ready.value,
       pid,
@@ -392,6 +571,31 @@ export const start = (
         return start === undefined ? [] : [{ pid: p, start }]
       })
     }
+    if (env.memory.accounting === "measured") {
+      // The measured fallback (design 0331, decision 6): the sandbox's resident memory and its
+      // /tmp, read every 20 ms; past the bound, the whole sandbox is killed (the action sees it gone).
+      const inside = env.isolation === "bubblewrap" ? pid : undefined
+      yield* Scope.extend(
+        Effect.forkScoped(
+          Effect.repeat(
+            Effect.sync(() => {
+              if (Memory.measured(started.pid, inside) <= env.memoryBytes) return false
+              live.memory.exceeded = true
+              try {
+                process.kill(started.pid, "SIGKILL")
+              } catch {
+                // gone
+              }
+              killDescendants(live, true)
+              return true
+            }),
+            { schedule: Schedule.spaced("20 millis"), until: (done) => done }
+          )
+        ),
+        scope
+      )
+    }
+    return live
   })
 
 interface Stat {
