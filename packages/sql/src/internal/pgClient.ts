@@ -13,7 +13,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import type { PgClientOptions } from "../SqlRunLogStore.js"
+import type { PgClientOptions } from "./options.js"
 import { storeError } from "./errors.js"
 
 /** Where a PostgreSQL store lives, for messages: its URL without password or query. */
