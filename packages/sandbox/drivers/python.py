@@ -72,6 +72,17 @@ def others():
     return found
 
 
+def reap_children():
+    """Collects every child of this interpreter that has exited (killed ones included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def reap():
     """Kills every process an action left in the sandbox (design 0331, decision 2): in its own pid
     namespace, kill(-1) reaches exactly those but init and the caller; repeated while any runs."""
@@ -82,20 +93,8 @@ def reap():
             os.kill(-1, signal.SIGKILL)
         except OSError:
             pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
+        reap_children()
+    reap_children()
 
 
 def user_traceback(exc):
