@@ -190,6 +190,22 @@ export class InvalidRunRequest extends Schema.TaggedError<InvalidRunRequest>()("
   }
 }
 
+/**
+ * A conversation's message id was sent again with another text (design 0360): an idempotency
+ * key reused with another body. Nothing was written; `turn` is the turn that holds the id.
+ */
+export class MessageIdReused extends Schema.TaggedError<MessageIdReused>()("MessageIdReused", {
+  runId: Schema.String,
+  messageId: Schema.String,
+  /** Absent while the first message waits in this process's queue (no turn yet). */
+  turn: Schema.optional(Schema.Int)
+}) {
+  override get message(): string {
+    const where = this.turn === undefined ? "queued" : `turn ${this.turn} holds it`
+    return `run ${this.runId}: message id "${this.messageId}" was sent with another text (${where}); a message id names one message, send another text under a new id`
+  }
+}
+
 /** A call waiting for a person's decision (design 0160). */
 export const Waiting = Schema.Struct({
   runId: Schema.String,
@@ -248,6 +264,7 @@ export type RunError =
   | ConcurrentWriter
   | ExecutorRegistryMismatch
   | InvalidRunRequest
+  | MessageIdReused
   | Suspended
   | ContextWindowExceeded
 
@@ -260,6 +277,7 @@ export const RunError = Schema.Union(
   ConcurrentWriter,
   ExecutorRegistryMismatch,
   InvalidRunRequest,
+  MessageIdReused,
   Suspended,
   ContextWindowExceeded
 )

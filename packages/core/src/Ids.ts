@@ -17,6 +17,15 @@ export type RunId = typeof RunId.Type
 /** Makes a `RunId`, throwing on an empty or over-long string (use `Schema.decode(RunId)` for a typed error). */
 export const runId = (value: string): RunId => RunId.make(value)
 
+/**
+ * A conversation's message id (design 0360): the caller's idempotency key for one message,
+ * checked as a run id is (1–200 characters).
+ */
+export const MessageId = Schema.String.pipe(
+  Schema.minLength(1, { message: () => "a message id must not be empty" }),
+  Schema.maxLength(200, { message: () => "a message id is at most 200 characters" })
+)
+
 /** The index of a step in a run, counted from 0. */
 export const StepIndex = Schema.Int.pipe(Schema.nonNegative(), Schema.brand("@polyloop/StepIndex"))
 /** @since 0.1.0 */
