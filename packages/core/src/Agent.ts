@@ -282,14 +282,27 @@ const keepAllTokens = (run: Run): number => {
   return n
 }
 
-const exceeded = (run: Run, step: number, cause: ModelError) =>
-  new ContextWindowExceeded({
+/** The window a `ContextWindowExceeded` names (design 0361): the policy's, else the model's when its refusal stated it. */
+const exceeded = (run: Run, step: number, cause: ModelError | undefined, requestTokens?: number) => {
+  const window = run.renderer?.window ?? cause?.contextWindow
+  return new ContextWindowExceeded({
     runId: run.runId,
     step: asStep(step),
-    ...(run.renderer?.window === undefined ? {} : { window: run.renderer.window }),
-    requestTokens: run.renderer === undefined ? keepAllTokens(run) : run.renderer.tokens(run.state),
-    cause
+    ...(window === undefined ? {} : { window }),
+    requestTokens: requestTokens ?? (run.renderer === undefined ? keepAllTokens(run) : run.renderer.tokens(run.state)),
+    ...(cause === undefined ? {} : { cause })
   })
+}
+
+/**
+ * The request of the current step, after its drops, counted over the policy's budget (design
+ * 0361): its size, and it is never sent; `undefined` when it fits or the policy names no window.
+ */
+const overBudget = (run: Run, renderer: Rendering.Renderer): number | undefined => {
+  if (renderer.budget === undefined) return undefined
+  const least = renderer.leastTokens(run.state)
+  return least > renderer.budget ? least : undefined
+}
 
 /**
  * The step's request under the history policy: the compaction its token budget asks for first
@@ -300,8 +313,11 @@ const prepare = (run: Run, step: number): Effect.Effect<Rendering.Sent | undefin
   if (renderer === undefined) return Effect.succeed(undefined)
   const fitted = Effect.suspend(() => {
     const planned = renderer.plan(run.state)
-    if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
-    return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+    const request = Effect.suspend(() => {
+      const over = overBudget(run, renderer)
+      return over !== undefined ? Effect.fail(exceeded(run, step, undefined, over)) : Effect.sync(() => renderer.request(run.state))
+    })
+    return planned === undefined ? request : Effect.zipRight(compact(run, step, "Budget", planned), request)
   })
   const wanted = renderer.planSummary(run.state)
   return wanted === undefined ? fitted : Effect.zipRight(summarise(run, step, renderer, wanted), fitted)
@@ -381,7 +397,9 @@ const generateThen = (
     const planned = renderer?.emergency(run.state)
     if (renderer === undefined || planned === undefined) return Effect.fail(exceeded(run, step, error))
     return Effect.flatMap(compact(run, step, "ContextExceeded", planned), () =>
-      attempt(renderer.request(run.state), (second) => Effect.fail(isContextExceeded(second) ? exceeded(run, step, second) : second)))
+      overBudget(run, renderer) !== undefined
+        ? Effect.fail(exceeded(run, step, error))
+        : attempt(renderer.request(run.state), (second) => Effect.fail(isContextExceeded(second) ? exceeded(run, step, second) : second)))
   })
 }
 
@@ -942,6 +960,17 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           gate: undefined,
           conversation,
           inbox: undefined
+        }
+        // What a token budget can never drop — the tools, the system prompt, the task — must fit
+        // in it, or the policy cannot keep its promise: refused before anything is written (design 0361).
+        const floor = current.renderer?.budget === undefined ? undefined : current.renderer.leastTokens(current.state)
+        if (floor !== undefined && parts?.fit !== undefined && floor > current.renderer!.budget!) {
+          return yield* new InvalidRunRequest({
+            runId,
+            issues: `the history policy fitTokens(window ${parts.fit.window}, headroom ${parts.fit.headroom}) leaves ${
+              current.renderer!.budget
+            } tokens per request, but what it never drops (the tools, the system prompt and the task) counts ${floor} tokens by "${parts.fit.tokenizer}"; give it a larger window or a shorter prompt`
+          })
         }
         if (conversation) {
           // Messages sent to this conversation from this process while it runs are queued here.

@@ -64,6 +64,8 @@ export class ModelError extends Schema.TaggedError<ModelError>()("ModelError", {
   param: Schema.optional(Schema.String),
   /** The provider's id of the request (`x-request-id`, `request-id`, …). */
   requestId: Schema.optional(Schema.String),
+  /** The model's context window in tokens, when a refusal of a request too long states it (design 0361). */
+  contextWindow: Schema.optional(Schema.Int),
   cause: Schema.optional(Schema.Defect)
 }) {
   /** What the provider said, as one line: `code insufficient_quota · type … · param … · request req_…`; empty when nothing. */
@@ -235,23 +237,28 @@ export class Suspended extends Schema.TaggedError<Suspended>()("Suspended", {
 }
 
 /**
- * The provider refused a step's request as longer than its context window, and the run's history
- * policy could not shrink it (design 0300, decision 4): `keepAll`, nothing left to drop, or a
- * second refusal after the emergency step. `window`: the policy's window when it names one;
- * `requestTokens`: the request's counted size. Nothing is lost: the run can be resumed under
- * a policy that shrinks (a fork changes the policy).
+ * A step's request is longer than the context window and the run's history policy could not
+ * shrink it (design 0300, decision 4; design 0361): the provider refused it (`cause`) under
+ * `keepAll`, with nothing left to drop, or a second time after the emergency step — or the
+ * policy's budget (`window − headroom`) cannot hold what it never drops (the last step, a
+ * person's messages), and the request was not sent (no `cause`). `window`: the policy's window
+ * when it names one, else the model's when the provider stated it; `requestTokens`: the
+ * request's counted size. Nothing is lost: the run can be resumed under a policy that shrinks
+ * (a fork changes the policy).
  */
 export class ContextWindowExceeded extends Schema.TaggedError<ContextWindowExceeded>()("ContextWindowExceeded", {
   runId: Schema.String,
   step: StepIndex,
   window: Schema.optional(Schema.Int),
   requestTokens: Schema.Int,
-  cause: ModelError
+  cause: Schema.optional(ModelError)
 }) {
   override get message(): string {
-    return `run ${this.runId}: the request of step ${this.step} (${this.requestTokens} tokens counted) exceeds the model's context window${
-      this.window === undefined ? "" : ` (${this.window} tokens)`
-    } and the history policy cannot shrink it further: ${this.cause.message}`
+    return `run ${this.runId}: the request of step ${this.step} (${this.requestTokens} tokens counted) exceeds the ${
+      this.cause === undefined ? "history policy's budget within the" : "model's"
+    } context window${this.window === undefined ? "" : ` (${this.window} tokens)`} and the history policy cannot shrink it further${
+      this.cause === undefined ? " (not sent)" : `: ${this.cause.message}`
+    }`
   }
 }
 
