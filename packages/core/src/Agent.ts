@@ -408,14 +408,16 @@ const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const afterReply = (generated: ModelReply, sent: Rendering.Sent | undefined) => {
-    run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+    const modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+    run.state.modelElapsed = modelElapsed
     const reply = History.assignReplyCallIds(generated, step)
     const replied: RunLog.ModelReplied = {
       _tag: "ModelReplied",
       seq: run.state.seq,
       step: asStep(step),
       reply,
-      requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
+      requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages),
+      modelElapsed
     }
     return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
       run.state.seq += 1
@@ -742,6 +744,8 @@ const resume = (
     yield* emit(run, { _tag: "RunResumed", runId: run.runId, fromStep, at })
     if (Option.isSome(interrupted)) {
       const reply = interrupted.value.replied.reply
+      // The model call's elapsed as recorded with its reply: the step records it as an uninterrupted one does.
+      run.state.modelElapsed = interrupted.value.replied.modelElapsed
       yield* Step.settle(run, fromStep, reply, interrupted.value.decision, at, true, prior).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
