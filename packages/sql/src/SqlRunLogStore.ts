@@ -305,8 +305,20 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.Run
   ).pipe(Layer.provide(layerSqliteClient(options)))
 }
 
-/** Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the store's queries do not expect. */
-export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson">
+/**
+ * Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the
+ * store's queries do not expect; `connectRetry`: while the first connection fails, connect again
+ * under this schedule, logging each attempt (design 0364; e.g. `SqlRunLogStore.connectRetry`).
+ */
+export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson"> & {
+  readonly connectRetry?: Schedule.Schedule<unknown, StoreError>
+}
+
+/**
+ * A `connectRetry` for long-lived processes (a runner started with its database, design 0364):
+ * exponential from 500 ms, each wait at most 10 s, for at most 5 minutes.
+ */
+export const connectRetry: Schedule.Schedule<unknown, StoreError> = PgSettings.defaultConnectRetry
 
 /**
  * Options of the PostgreSQL store: the connection (`url`, or `host`, `port`, `database`,
@@ -360,6 +372,6 @@ export const layerPg = (options: PgOptions): Layer.Layer<RunLogStore.RunLogStore
  * `layerPgConfig({ url: Config.redacted("DATABASE_URL"), maxConnections: Config.integer("PG_POOL") })`.
  */
 export const layerPgConfig = (
-  config: Config.Config.Wrap<Omit<PgOptions, "faultPoint">> = { url: Config.redacted("POLYLOOP_PG_URL") }
+  config: Config.Config.Wrap<Omit<PgOptions, "faultPoint" | "connectRetry">> = { url: Config.redacted("POLYLOOP_PG_URL") }
 ): Layer.Layer<RunLogStore.RunLogStore, StoreError | ConfigError.ConfigError> =>
   Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerPg))
