@@ -72,6 +72,9 @@ const stores: ReadonlyArray<readonly [string, Effect.Effect<RunLogStore.RunLogSt
   })]
 ]
 
+/** A model with nothing injected. */
+const model0 = Effect.runSync(ScriptedModel.make(till))
+
 /** Lets forked fibers run: yields, then a short real pause for SQLite's I/O. */
 const settle = Effect.zipRight(Effect.repeatN(Effect.yieldNow(), 200), Effect.sleep("30 millis"))
 
@@ -123,6 +126,40 @@ describe.each(stores)("a retried send while its turn runs in this process (%s)",
       yield* Deferred.succeed(gate, undefined)
       yield* Fiber.join(running)
       const [r1, r2] = [yield* Fiber.join(c1), yield* Fiber.join(c2)]
+      assert.deepStrictEqual(r2, r1)
+      assert.strictEqual(r1.turn, 2)
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.deepStrictEqual(log.userMessages.map((m) => [m.turn, m.messageId]), [[1, "b"], [2, "c"]])
+      assert.deepStrictEqual(log.turns.map((t) => t.turn), [0, 1, 2])
+      assert.deepStrictEqual(charges, ["1", "2", "3"])
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    })), { timeout: 30_000 })
+
+  it.live("a retried send of a new message while the attempt finishes an interrupted turn first: one message, one turn", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const store = yield* makeStore
+      charges.length = 0
+      yield* send(store, model0, "chat", "a", "Charge order 1.")
+      // Turn 1 interrupted after its first step (its charge done and recorded).
+      const reached = yield* Deferred.make<void>()
+      const cut = yield* ScriptedModel.make(till, {
+        onCall: (call) => (call.step === 3 ? Effect.zipRight(Deferred.succeed(reached, undefined), Effect.never) : Effect.void)
+      })
+      const interrupted = yield* Effect.fork(send(store, cut, "chat", "b", "Charge order 2."))
+      yield* Deferred.await(reached)
+      yield* Fiber.interrupt(interrupted)
+      // "c" is sent (twice): the attempt finishes turn 1 first, then writes "c" for turn 2.
+      const gate = yield* Deferred.make<void>()
+      const blocked = yield* Deferred.make<void>()
+      const model = yield* ScriptedModel.make(till, {
+        onCall: (call) => (call.step === 3 ? Effect.zipRight(Deferred.succeed(blocked, undefined), Deferred.await(gate)) : Effect.void)
+      })
+      const first = yield* Effect.fork(send(store, model, "chat", "c", "Charge order 3."))
+      yield* Deferred.await(blocked)
+      const second = yield* Effect.fork(send(store, model, "chat", "c", "Charge order 3."))
+      yield* settle
+      yield* Deferred.succeed(gate, undefined)
+      const [r1, r2] = [yield* Fiber.join(first), yield* Fiber.join(second)]
       assert.deepStrictEqual(r2, r1)
       assert.strictEqual(r1.turn, 2)
       const log = yield* store.readLog(Ids.runId("chat"))

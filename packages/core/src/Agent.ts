@@ -693,12 +693,13 @@ const converse = (
     const inbox = run.inbox!
     // The log's held messages (their turns not started), before any queued since this attempt began.
     inbox.held.unshift(...log.userMessages.filter((m) => m.turn > run.state.turn && !inbox.held.some((h) => h.messageId === m.messageId)))
-    let wanted = message === undefined ? undefined : turnOf(log, message.messageId)
+    // The message's turn: the log's, or one this attempt wrote since it read the log.
+    let wanted = message === undefined ? undefined : turnOf(log, message.messageId) ?? Inbox.turnOf(inbox, message.messageId)
     if (message !== undefined && wanted === undefined) {
       const record = yield* appendMessage(run, inbox.messages + 1, message, inForce, snapshot)
       inbox.messages += 1
       inbox.held.push(record)
-      Inbox.written(inbox, record)
+      yield* Inbox.written(inbox, record)
       wanted = record.turn
     }
     const results = new Map<number, RunResult>()

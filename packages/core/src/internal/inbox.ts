@@ -29,7 +29,10 @@ export interface Queued {
   readonly answered: Deferred.Deferred<RunResult, RunError>
 }
 
-/** A message id the inbox knows: its text, and its turn once written (a queued one has none yet). @internal */
+/**
+ * A message id the inbox knows: its text, and its turn once written. Not yet written: a queued
+ * one (`queued`), or the attempt's own message, written once the turn before it has ended. @internal
+ */
 export interface Known {
   readonly text: string
   readonly turn: number | undefined
@@ -47,6 +50,8 @@ export interface Inbox {
   readonly ids: Map<string, Known>
   /** The callers waiting for a turn's result, by turn. */
   readonly waiting: Map<number, Array<Deferred.Deferred<RunResult, RunError>>>
+  /** The callers waiting for the attempt's own message, not written yet (its turn unknown), by id. */
+  readonly early: Map<string, Array<Deferred.Deferred<RunResult, RunError>>>
   /** The results of the turns ended by this attempt, by turn. */
   readonly ended: Map<number, RunResult>
   /** Messages the log holds (the next one's turn is this + 1). */
@@ -54,20 +59,44 @@ export interface Inbox {
   accepting: boolean
 }
 
-/** An inbox for the conversation whose log is `log`, with `message` (being sent) already known at turn 0 when the log is empty. @internal */
+/**
+ * An inbox for the conversation whose log is `log`, knowing `message` (being sent by this
+ * attempt): at turn 0 when the log is empty, else as not written yet when the log does not hold
+ * it (the attempt writes it once any turn it finishes first has ended). @internal
+ */
 export const make = (runId: RunId, snapshotHash: string, log: RunLog.RunLog, message: SentMessage | undefined): Inbox => {
   const ids = new Map<string, Known>()
   const started = log.started._tag === "Some" ? log.started.value : undefined
   if (started?.conversation !== undefined) ids.set(started.conversation.messageId, { text: started.task, turn: 0, queued: undefined })
-  else if (started === undefined && message !== undefined) ids.set(message.messageId, { text: message.text, turn: 0, queued: undefined })
   for (const m of log.userMessages) ids.set(m.messageId, { text: m.text, turn: m.turn, queued: undefined })
-  return { runId, snapshotHash, queue: [], held: [], ids, waiting: new Map(), ended: new Map(), messages: log.userMessages.length, accepting: true }
+  if (message !== undefined && !ids.has(message.messageId)) {
+    ids.set(message.messageId, { text: message.text, turn: started === undefined ? 0 : undefined, queued: undefined })
+  }
+  return {
+    runId,
+    snapshotHash,
+    queue: [],
+    held: [],
+    ids,
+    waiting: new Map(),
+    early: new Map(),
+    ended: new Map(),
+    messages: log.userMessages.length,
+    accepting: true
+  }
 }
 
-/** Records a message just written (its turn to come). @internal */
-export const written = (inbox: Inbox, record: RunLog.UserMessaged): void => {
+/** Records a message just written (its turn to come); whoever waited for it before it was written now waits for its turn. @internal */
+export const written = (inbox: Inbox, record: RunLog.UserMessaged): Effect.Effect<void> => {
   inbox.ids.set(record.messageId, { text: record.text, turn: record.turn, queued: undefined })
+  const early = inbox.early.get(record.messageId)
+  if (early === undefined) return Effect.void
+  inbox.early.delete(record.messageId)
+  return Effect.forEach(early, (answered) => awaitTurn(inbox, record.turn, answered), { discard: true })
 }
+
+/** The turn of a message id this attempt has written or found, if any. @internal */
+export const turnOf = (inbox: Inbox, messageId: string): number | undefined => inbox.ids.get(messageId)?.turn
 
 /** `MessageIdReused` when `message`'s id is known with another text. @internal */
 export const conflict = (runId: RunId, message: SentMessage, known: { readonly text: string; readonly turn: number | undefined } | undefined): MessageIdReused | undefined =>
@@ -97,6 +126,13 @@ export const enqueue = (inbox: Inbox, message: SentMessage): Effect.Effect<RunRe
     if (known?.queued !== undefined) return Deferred.await(known.queued.answered)
     return Effect.flatMap(Deferred.make<RunResult, RunError>(), (answered) => {
       if (known?.turn !== undefined) return Effect.zipRight(awaitTurn(inbox, known.turn, answered), Deferred.await(answered))
+      if (known !== undefined) {
+        // The attempt's own message, not written yet: its turn is known once it is.
+        const list = inbox.early.get(message.messageId)
+        if (list === undefined) inbox.early.set(message.messageId, [answered])
+        else list.push(answered)
+        return Deferred.await(answered)
+      }
       return Effect.flatMap(Deferred.make<void, RunError>(), (written) => {
         const queued: Queued = { message, written, answered }
         inbox.queue.push(queued)
@@ -127,8 +163,10 @@ export const drain = <E>(
     return Effect.flatMap(append(q.message, inbox.messages + 1), (record) => {
       inbox.messages += 1
       inbox.held.push(record)
-      written(inbox, record)
-      return Effect.zipRight(awaitTurn(inbox, record.turn, q.answered), Deferred.succeed(q.written, undefined))
+      return Effect.zipRight(
+        Effect.zipRight(written(inbox, record), awaitTurn(inbox, record.turn, q.answered)),
+        Deferred.succeed(q.written, undefined)
+      )
     })
   }, { discard: true })
 }
@@ -148,8 +186,9 @@ export const close = (inbox: Inbox): Effect.Effect<void> =>
     inbox.accepting = false
     const busy = new RunBusy({ runId: inbox.runId })
     const queued = inbox.queue.splice(0)
-    const waiting = [...inbox.waiting.values()].flat()
+    const waiting = [...inbox.waiting.values(), ...inbox.early.values()].flat()
     inbox.waiting.clear()
+    inbox.early.clear()
     return Effect.zipRight(
       Effect.forEach(queued, (q) => Effect.zipRight(Deferred.fail(q.written, busy), Deferred.fail(q.answered, busy)), { discard: true }),
       Effect.forEach(waiting, (answered) => Deferred.fail(answered, busy), { discard: true })
