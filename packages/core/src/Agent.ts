@@ -38,7 +38,7 @@ import { DecisionParser } from "./DecisionParser.js"
 import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
-import { MessageId, RunId } from "./Ids.js"
+import { messageIssues, RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Gate from "./internal/gate.js"
 import * as Inbox from "./internal/inbox.js"
@@ -558,15 +558,6 @@ const reusedIn = (runId: RunId, log: RunLog.RunLog, message: SentMessage): Effec
   return reused === undefined ? Effect.void : Effect.fail(reused)
 }
 
-const decodeMessageId = Schema.decodeUnknownEither(MessageId)
-
-/** The issues of a message a conversation cannot take (design 0360): an id as a run id's, a text with something to read. */
-const messageIssues = (message: SentMessage): string | undefined => {
-  const id = decodeMessageId(message.messageId)
-  if (Either.isLeft(id)) return ParseResult.TreeFormatter.formatErrorSync(id.left)
-  if (message.text.trim() === "") return "a message's text must not be empty or only whitespace (providers refuse empty text)"
-  return undefined
-}
 
 /** A turn's result, from its `TurnFinished`. */
 const turnResultOf = (runId: RunId, ended: RunLog.TurnFinished): RunResult => ({
