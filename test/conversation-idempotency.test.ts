@@ -169,6 +169,31 @@ describe.each(stores)("a retried send while its turn runs in this process (%s)",
       assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
     })), { timeout: 30_000 })
 
+  it.live("20 sends of one id and 20 of another, all at once while a turn runs: two turns, each charge once, every caller its turn's result", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const store = yield* makeStore
+      charges.length = 0
+      const gate = yield* Deferred.make<void>()
+      const blocked = yield* Deferred.make<void>()
+      const model = yield* ScriptedModel.make(till, {
+        onCall: (call) => (call.step === 2 ? Effect.zipRight(Deferred.succeed(blocked, undefined), Deferred.await(gate)) : Effect.void)
+      })
+      yield* send(store, model, "chat", "a", "Charge order 1.")
+      const sends = [...Array.from({ length: 20 }, () => ["b", "Charge order 2."] as const), ...Array.from({ length: 20 }, () => ["c", "Charge order 3."] as const)]
+      const fibers = yield* Effect.forEach(sends, ([id, text]) => Effect.fork(send(store, model, "chat", id, text)))
+      yield* Deferred.await(blocked)
+      yield* settle
+      yield* Deferred.succeed(gate, undefined)
+      const results = yield* Effect.forEach(fibers, Fiber.join)
+      const log = yield* store.readLog(Ids.runId("chat"))
+      assert.deepStrictEqual(log.userMessages.map((m) => m.messageId).sort(), ["b", "c"])
+      assert.deepStrictEqual(log.turns.map((t) => t.turn), [0, 1, 2])
+      assert.deepStrictEqual([...charges].sort(), ["1", "2", "3"])
+      const turnOf = new Map(log.userMessages.map((m) => [m.messageId, m.turn]))
+      for (const [i, [id]] of sends.entries()) assert.strictEqual(results[i]!.turn, turnOf.get(id), `send ${i} (${id})`)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    })), { timeout: 30_000 })
+
   it.live("the same id with another text is MessageIdReused, in the log or while its turn runs; nothing is written", () =>
     Effect.scoped(Effect.gen(function*() {
       const store = yield* makeStore
