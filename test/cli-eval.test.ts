@@ -60,6 +60,13 @@ describe.sequential("polyloop eval", () => {
     const compare = await polyloop(dir, ["eval", "compare", "multiplication", "tool", "guess", "--db", "e.db"])
     assert.strictEqual(compare.code, 0, compare.stderr)
     assert.include(compare.stdout, "difference (guess − tool): -0.250 ± 0.099 (stderr), paired t -2.52, 95% CI [-0.450, -0.100]")
+    // A typo in a configuration or a scorer: an error naming the known ones, a non-zero exit (issue 44).
+    const typo = await polyloop(dir, ["eval", "compare", "multiplication", "tool", "gues", "--db", "e.db"])
+    assert.strictEqual(typo.code, 1, typo.stdout)
+    assert.include(typo.stderr, "has no configuration \"gues\"; its configurations: tool, guess")
+    const noScorer = await polyloop(dir, ["eval", "compare", "multiplication", "tool", "guess", "--scorer", "nosuch", "--db", "e.db"])
+    assert.strictEqual(noScorer.code, 1, noScorer.stdout)
+    assert.include(noScorer.stderr, "has no scorer \"nosuch\"; its scorers: numeric, short")
     // Every run is an ordinary run of the store.
     const show = await polyloop(dir, ["show", "multiplication/tool/q07/3", "--db", "e.db"])
     assert.strictEqual(show.code, 0, show.stderr)
@@ -67,6 +74,18 @@ describe.sequential("polyloop eval", () => {
     const missing = await polyloop(dir, ["eval", "results", "nope", "--db", "e.db"])
     assert.strictEqual(missing.code, 1)
     assert.include(missing.stderr, "no experiment nope in this store")
+  })
+
+  it("on plain Node (no TypeScript loader of the user's): eval runs the TypeScript example with the loader the command depends on (issue 44)", async () => {
+    const dir = work()
+    const env: NodeJS.ProcessEnv = { ...process.env }
+    // What a user's shell has: no tsx loader, no source condition (the built command runs).
+    delete env["NODE_OPTIONS"]
+    delete env["FORCE_COLOR"]
+    const result = await spawnCommand(process.execPath, [launcher, "eval", example, "--db", "plain.db"], { cwd: dir, env })
+    assert.strictEqual(result.code, 0, result.stderr)
+    assert.include(result.stdout, "ran 120 runs (0 already finished), 240 scores computed")
+    assert.include(result.stdout, "20 samples × 3 epochs")
   })
 
   it("in a pseudo-terminal: one progress line redrawn in place, with a bar", async () => {

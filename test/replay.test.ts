@@ -43,6 +43,8 @@ const bytes = (log: RunLog.RunLog): string =>
         return RunLogStore.encodeRecord({ ...record, runId: Ids.runId("X"), startedAt: 0 })
       case "StepCompleted":
         return RunLogStore.encodeRecord({ ...record, elapsed: 0, ...(record.modelElapsed === undefined ? {} : { modelElapsed: 0 }) })
+      case "ModelReplied":
+        return RunLogStore.encodeRecord({ ...record, ...(record.modelElapsed === undefined ? {} : { modelElapsed: 0 }) })
       case "RunFinished":
         return RunLogStore.encodeRecord({ ...record, finishedAt: 0, counters: { ...record.counters, elapsed: 0 } })
       default:

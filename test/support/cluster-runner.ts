@@ -86,7 +86,10 @@ const main = (url: string, runnerId: string, port: number) => {
     { latency: Duration.millis(10) }
   )
 
-  const client = SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 16 })
+  // POLYLOOP_TEST_CONNECT_RETRY_MS: connect again every that many ms while the database is down (design 0364).
+  const retryMs = Number(process.env["POLYLOOP_TEST_CONNECT_RETRY_MS"] ?? "")
+  const connectRetry = Number.isFinite(retryMs) && retryMs > 0 ? { connectRetry: Schedule.spaced(Duration.millis(retryMs)) } : {}
+  const client = SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 16, ...connectRetry })
   const services = Layer.mergeAll(
     SqlRunLogStore.layer({ path: `runner ${runnerId}`, leaseDuration: timings.leaseDuration, heartbeatInterval: timings.leaseHeartbeat }),
     NativeToolCallParser.layer(),
@@ -107,7 +110,7 @@ const main = (url: string, runnerId: string, port: number) => {
   })
   // The cluster's storage gets a pool of its own (design 0200): its shard-lock operations must
   // never wait behind the runs' statements.
-  const clusterClient = SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 6 })
+  const clusterClient = SqlRunLogStore.layerPgClient({ url: Redacted.make(url), maxConnections: 6, ...connectRetry })
   return runner.pipe(
     Layer.provideMerge(
       ClusterRunner.layerSocket({ host: "127.0.0.1", port, timings: timings.cluster, shardsPerGroup: timings.shardsPerGroup }).pipe(

@@ -26,13 +26,15 @@ export interface RunnerProcess {
   readonly exited: Promise<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
   /** What the runner wrote to stderr so far (for failure messages). */
   readonly stderr: () => string
+  /** What the runner wrote to stdout so far (its `ready` line, Effect's default logger's lines). */
+  readonly stdout: () => string
 }
 
-const start = (script: string, url: string, id: string, port: number, extra: ReadonlyArray<string> = []): RunnerProcess => {
+const start = (script: string, url: string, id: string, port: number, extra: ReadonlyArray<string> = [], env: NodeJS.ProcessEnv = {}): RunnerProcess => {
   const child = spawn(process.execPath, [script, url, id, String(port), ...extra], {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env }
+    env: { ...process.env, ...env }
   })
   let stdout = ""
   let stderr = ""
@@ -55,7 +57,7 @@ const start = (script: string, url: string, id: string, port: number, extra: Rea
   })
   // The rejection is observed by whoever awaits `ready`; do not let it go unhandled meanwhile.
   ready.catch(() => {})
-  return { id, port, address: `127.0.0.1:${port}`, child, ready, exited, stderr: () => stderr }
+  return { id, port, address: `127.0.0.1:${port}`, child, ready, exited, stderr: () => stderr, stdout: () => stdout }
 }
 
 const stop = (runner: RunnerProcess) =>
@@ -64,10 +66,10 @@ const stop = (runner: RunnerProcess) =>
     await runner.exited
   })
 
-/** Starts a runner process on `port`; it is killed (SIGKILL) when the scope closes if still running. */
-export const spawnRunner = (url: string, id: string, port: number): Effect.Effect<RunnerProcess, never, Scope.Scope> =>
+/** Starts a runner process on `port` (`env` added to its environment); it is killed (SIGKILL) when the scope closes if still running. */
+export const spawnRunner = (url: string, id: string, port: number, env: NodeJS.ProcessEnv = {}): Effect.Effect<RunnerProcess, never, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.promise(() => bundle(Path.join(here, "cluster-runner.ts"))).pipe(Effect.map((script) => start(script, url, id, port))),
+    Effect.promise(() => bundle(Path.join(here, "cluster-runner.ts"))).pipe(Effect.map((script) => start(script, url, id, port, [], env))),
     stop
   )
 

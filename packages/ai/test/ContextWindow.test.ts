@@ -77,6 +77,8 @@ describe("the providers' refusals of a request too long", () => {
       assert.strictEqual(error.code, "context_length_exceeded")
       assert.strictEqual(error.type, "invalid_request_error")
       assert.strictEqual(error.param, "messages")
+      // The model's window, read from the refusal (design 0361): the number only, never the text.
+      assert.strictEqual(error.contextWindow, 4097)
       assertNothingLeaks(error, [apiKey, "maximum context length is 4097"])
     }))
 
@@ -87,6 +89,7 @@ describe("the providers' refusals of a request too long", () => {
       assert.strictEqual(error.code, "context_length_exceeded")
       assert.strictEqual(error.type, "invalid_request_error")
       assert.strictEqual(error.requestId, "req_011CWdepJvA2D819tdYYq4h7")
+      assert.strictEqual(error.contextWindow, 200000)
       assertNothingLeaks(error, [apiKey, "200251 tokens"])
     }))
 })

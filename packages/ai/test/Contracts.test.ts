@@ -49,6 +49,8 @@ import { clientOf } from "./helpers.js"
  */
 const chatExpressible = (reply: ModelReply): boolean =>
   reply.usage.cacheWriteInputTokens === undefined &&
+  // An empty call id is not expressible: the client names an id-less call `call_<index>` (design 0362).
+  reply.toolCalls.every((call) => call.id !== "") &&
   reply.reasoning !== "" &&
   (reply.refusal === undefined || (reply.refusal !== "" && reply.text !== "")) &&
   (reply.rawFinishReason === undefined ||

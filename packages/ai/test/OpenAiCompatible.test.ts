@@ -195,9 +195,9 @@ describe("OpenAiCompatible", () => {
       assert.deepStrictEqual(reply, {
         text: "",
         toolCalls: [
-          // No id is invented here: the loop gives an id-less call its `call_<step>` id (issue 29).
-          { id: "", name: "read_file", argumentsText: "{\"path\":\"a.txt\"}" },
-          { id: "", name: "list", argumentsText: "{}" }
+          // An id-less call gets `call_<index>`, as its documentation says (issue 44, design 0362).
+          { id: "call_0", name: "read_file", argumentsText: "{\"path\":\"a.txt\"}" },
+          { id: "call_1", name: "list", argumentsText: "{}" }
         ],
         usage: { inputTokens: 0, outputTokens: 0 }
       })

@@ -70,8 +70,8 @@ const readBack = (wire: unknown): Message.Message => {
  */
 const replies = Arbitrary.make(ModelReply.ModelReply).map(({ rawFinishReason: _r, reasoning: _s, refusal: _f, usage, ...reply }) => ({
   ...reply,
-  // A call with an empty id is served without one, and reads back with the empty id.
-  toolCalls: reply.toolCalls,
+  // A call with an empty id is served without one, and reads back as `call_<index>` (design 0362).
+  toolCalls: reply.toolCalls.map((call, index) => (call.id === "" ? { ...call, id: `call_${index}` } : call)),
   usage: { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens }
 }))
 

@@ -282,12 +282,18 @@ describe("client options", () => {
     assert.isUndefined(OpenAiCompatible.toRequestBody(request, "m", "max_completion_tokens").max_tokens)
   })
 
-  it("an empty tool-call id reads as a missing one: empty, for the loop to give its call_<step> id (Gemini's OpenAI endpoint sends \"\")", () => {
-    // The recorded Groq tool call, its id emptied as Gemini's endpoint sends it.
-    const recorded = Replay.json("groq-tool-call.json") as { choices: Array<{ message: { tool_calls: Array<{ id: string }> } }> }
-    recorded.choices[0]!.message.tool_calls[0]!.id = ""
-    const parsed = OpenAiCompatible.parseCompletion(JSON.stringify(recorded), "endpoint")
-    assert.deepStrictEqual(Either.getOrThrow(parsed).toolCalls.map((call) => call.id), [""])
+  it("an empty tool-call id reads as a missing one: both get call_<index>, so the call pairs with its result (Gemini's OpenAI endpoint sends \"\"; issue 44, design 0362)", () => {
+    // The recorded Groq tool call, its id emptied as Gemini's endpoint sends it (no recorded
+    // Gemini reply with an empty id was found; see design 0362), then missing, then null.
+    const recorded = Replay.json("groq-tool-call.json") as { choices: Array<{ message: { tool_calls: Array<Record<string, unknown>> } }> }
+    const call = recorded.choices[0]!.message.tool_calls[0]!
+    const second = { ...call, id: "" }
+    for (const id of ["", undefined, null]) {
+      const { id: _, ...rest } = call
+      recorded.choices[0]!.message.tool_calls = [id === undefined ? rest : { ...rest, id }, second]
+      const parsed = OpenAiCompatible.parseCompletion(JSON.stringify(recorded), "endpoint")
+      assert.deepStrictEqual(Either.getOrThrow(parsed).toolCalls.map((c) => c.id), ["call_0", "call_1"], String(id))
+    }
   })
 })
 

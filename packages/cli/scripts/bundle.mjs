@@ -52,7 +52,8 @@ const result = await build({
   write: false,
   outfile: outFile,
   logLevel: "error",
-  external: ["better-sqlite3", "pg-native"],
+  // tsx loads a user's TypeScript experiment module (design 0363), on the path that runs dist/, never the bundle.
+  external: ["better-sqlite3", "pg-native", "tsx", "tsx/*"],
   define: { "import.meta.url": "__polyloopBundleUrl" },
   banner: { js: "var __polyloopBundleUrl=require(\"node:url\").pathToFileURL(__filename).href;" },
   legalComments: "none",

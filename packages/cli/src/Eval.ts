@@ -40,10 +40,24 @@ const isExperiment = (value: unknown): value is ModuleExperiment =>
   Predicate.hasProperty(value, "configurations") && Array.isArray(value.configurations) &&
   Predicate.hasProperty(value, "dataset") && Predicate.hasProperty(value, "scorers")
 
+/** A TypeScript module: imported with tsx's loader, whatever Node runs (design 0363). */
+const isTypeScript = (file: string): boolean => /\.(?:[cm]?ts|tsx)$/i.test(file)
+
+/**
+ * Imports a module: TypeScript with tsx's programmatic API (its loader registered for this
+ * import alone), anything else with Node's `import()` (design 0363).
+ */
+const importModule = async (file: string): Promise<Record<string, unknown>> => {
+  const url = pathToFileURL(path.resolve(file)).href
+  if (!isTypeScript(file)) return (await import(url)) as Record<string, unknown>
+  const { tsImport } = await import("tsx/esm/api")
+  return (await tsImport(url, import.meta.url)) as Record<string, unknown>
+}
+
 /** Imports the module and finds its `experiment` (or default) export. */
 export const load = (file: string): Effect.Effect<ModuleExperiment, CliError> =>
   Effect.tryPromise({
-    try: () => import(pathToFileURL(path.resolve(file)).href) as Promise<Record<string, unknown>>,
+    try: () => importModule(file),
     catch: (cause) => new CliError({ message: `cannot import ${file}: ${cause instanceof Error ? cause.message : String(cause)}` })
   }).pipe(
     Effect.flatMap((module) => {
@@ -115,6 +129,9 @@ const statsOptions = (options: { readonly seed: Option.Option<string>; readonly 
 
 const number = (value: number | null, digits: number = 3): string => (value === null ? "-" : value.toFixed(digits))
 
+/** `1 epoch`, `3 epochs`. */
+const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`
+
 /** The results as a table: one row per (configuration, scorer); the wall time per configuration below it. */
 export const render = (style: Style.Style, results: Results.Results, wall: ReadonlyArray<Results.WallTime> = []): string => {
   const rows = results.configurations.flatMap((c) =>
@@ -134,7 +151,7 @@ export const render = (style: Style.Style, results: Results.Results, wall: Reado
     `${c.configuration}: ${Object.entries(c.stopReasons).map(([reason, n]) => `${reason} ${n}`).join(", ") || "no finished run"}`
   )
   return [
-    `experiment ${style.bold(results.experiment)} · ${results.samples} samples × ${results.epochs} epochs · dataset sha256 ${results.datasetHash.slice(0, 12)}…`,
+    `experiment ${style.bold(results.experiment)} · ${plural(results.samples, "sample")} × ${plural(results.epochs, "epoch")} · dataset sha256 ${results.datasetHash.slice(0, 12)}…`,
     Format.table(style, [
       { header: "CONFIGURATION" },
       { header: "SCORER" },

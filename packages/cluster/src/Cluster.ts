@@ -23,7 +23,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Agent from "@polyloop/core/Agent"
 import type * as Approval from "@polyloop/core/Approval"
 import { StoreError } from "@polyloop/core/Errors"
-import { runId as makeRunId } from "@polyloop/core/Ids"
+import { messageIssues, runId as makeRunId } from "@polyloop/core/Ids"
 import { RunLogStore } from "@polyloop/core/RunLogStore"
 import type * as RunLog from "@polyloop/core/RunLog"
 import type { ConfigError } from "effect/ConfigError"
@@ -91,6 +91,10 @@ export const send = (
   payload: unknown
 ): Effect.Effect<Agent.RunResult, RunFailed | StoreError, Sharding.Sharding | SqlClient.SqlClient> =>
   Effect.gen(function*() {
+    // A message no conversation can take is refused before anything is written (design 0360):
+    // it must not reach the runner, whose refusal would mark the conversation failed.
+    const issues = messageIssues(message)
+    if (issues !== undefined) return yield* new RunFailed({ runId, reason: "Request", error: `invalid message: ${issues}` })
     const payloadText = yield* RunIndex.encodePayload(runId, payload)
     yield* RunIndex.submitted(runId, payloadText)
     const client = yield* RunEntity.client

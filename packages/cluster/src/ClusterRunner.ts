@@ -100,6 +100,7 @@ const fromRunError = (error: RunError): AttemptError => {
     case "SnapshotMismatch":
     case "ExecutorRegistryMismatch":
     case "InvalidRunRequest":
+    case "MessageIdReused":
     case "ContextWindowExceeded":
       return { _tag: "Fatal", reason: "Request", error: describeError(error) }
   }

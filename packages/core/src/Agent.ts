@@ -19,7 +19,6 @@
  * @since 0.1.0
  */
 import * as Clock from "effect/Clock"
-import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { identity } from "effect/Function"
@@ -36,12 +35,13 @@ import * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
 import type { BudgetItem, ConversationBudget } from "./Budget.js"
 import { DecisionParser } from "./DecisionParser.js"
-import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, RunBusy, type RunError, SnapshotMismatch } from "./Errors.js"
+import { ContextWindowExceeded, ExecutorRegistryMismatch, InvalidRunRequest, type ModelError, type RunError, SnapshotMismatch } from "./Errors.js"
 import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
-import { RunId } from "./Ids.js"
+import { messageIssues, RunId } from "./Ids.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Gate from "./internal/gate.js"
+import * as Inbox from "./internal/inbox.js"
 import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as History from "./internal/history.js"
 import * as Rendering from "./internal/rendering.js"
@@ -282,14 +282,27 @@ const keepAllTokens = (run: Run): number => {
   return n
 }
 
-const exceeded = (run: Run, step: number, cause: ModelError) =>
-  new ContextWindowExceeded({
+/** The window a `ContextWindowExceeded` names (design 0361): the policy's, else the model's when its refusal stated it. */
+const exceeded = (run: Run, step: number, cause: ModelError | undefined, requestTokens?: number) => {
+  const window = run.renderer?.window ?? cause?.contextWindow
+  return new ContextWindowExceeded({
     runId: run.runId,
     step: asStep(step),
-    ...(run.renderer?.window === undefined ? {} : { window: run.renderer.window }),
-    requestTokens: run.renderer === undefined ? keepAllTokens(run) : run.renderer.tokens(run.state),
-    cause
+    ...(window === undefined ? {} : { window }),
+    requestTokens: requestTokens ?? (run.renderer === undefined ? keepAllTokens(run) : run.renderer.tokens(run.state)),
+    ...(cause === undefined ? {} : { cause })
   })
+}
+
+/**
+ * The request of the current step, after its drops, counted over the policy's budget (design
+ * 0361): its size, and it is never sent; `undefined` when it fits or the policy names no window.
+ */
+const overBudget = (run: Run, renderer: Rendering.Renderer): number | undefined => {
+  if (renderer.budget === undefined) return undefined
+  const least = renderer.leastTokens(run.state)
+  return least > renderer.budget ? least : undefined
+}
 
 /**
  * The step's request under the history policy: the compaction its token budget asks for first
@@ -300,8 +313,11 @@ const prepare = (run: Run, step: number): Effect.Effect<Rendering.Sent | undefin
   if (renderer === undefined) return Effect.succeed(undefined)
   const fitted = Effect.suspend(() => {
     const planned = renderer.plan(run.state)
-    if (planned === undefined) return Effect.sync(() => renderer.request(run.state))
-    return Effect.map(compact(run, step, "Budget", planned), () => renderer.request(run.state))
+    const request = Effect.suspend(() => {
+      const over = overBudget(run, renderer)
+      return over !== undefined ? Effect.fail(exceeded(run, step, undefined, over)) : Effect.sync(() => renderer.request(run.state))
+    })
+    return planned === undefined ? request : Effect.zipRight(compact(run, step, "Budget", planned), request)
   })
   const wanted = renderer.planSummary(run.state)
   return wanted === undefined ? fitted : Effect.zipRight(summarise(run, step, renderer, wanted), fitted)
@@ -381,7 +397,9 @@ const generateThen = (
     const planned = renderer?.emergency(run.state)
     if (renderer === undefined || planned === undefined) return Effect.fail(exceeded(run, step, error))
     return Effect.flatMap(compact(run, step, "ContextExceeded", planned), () =>
-      attempt(renderer.request(run.state), (second) => Effect.fail(isContextExceeded(second) ? exceeded(run, step, second) : second)))
+      overBudget(run, renderer) !== undefined
+        ? Effect.fail(exceeded(run, step, error))
+        : attempt(renderer.request(run.state), (second) => Effect.fail(isContextExceeded(second) ? exceeded(run, step, second) : second)))
   })
 }
 
@@ -390,14 +408,16 @@ const runStep = (run: Run): Effect.Effect<void, Gate.LoopError> => {
   const step = run.state.steps
   const startedAt = run.clock.unsafeCurrentTimeMillis()
   const afterReply = (generated: ModelReply, sent: Rendering.Sent | undefined) => {
-    run.state.modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+    const modelElapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
+    run.state.modelElapsed = modelElapsed
     const reply = History.assignReplyCallIds(generated, step)
     const replied: RunLog.ModelReplied = {
       _tag: "ModelReplied",
       seq: run.state.seq,
       step: asStep(step),
       reply,
-      requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages)
+      requestHash: sent !== undefined ? sent.hash : run.fingerprint.hash(run.state.messages),
+      modelElapsed
     }
     return Effect.flatMap(run.store.appendReply(run.runId, replied), () => {
       run.state.seq += 1
@@ -453,7 +473,10 @@ const finish = (run: Run, stopReason: StopReason) =>
       state.seq += 1
       state.turnFinished = true
       yield* emit(run, { _tag: "TurnFinished", runId: run.runId, turn: state.turn, stopReason, counters: ended.counters })
-      return { ...resultOf(run.runId, { ...record, counters: ended.counters }) }
+      const result = resultOf(run.runId, { ...record, counters: ended.counters })
+      // The callers waiting for this turn in this process (a retried send of its message, design 0360).
+      if (run.inbox !== undefined) yield* Inbox.turnEnded(run.inbox, state.turn, { ...result, turn: state.turn })
+      return result
     }
     yield* run.store.finish(run.runId, record)
     state.seq += 1
@@ -525,6 +548,16 @@ const turnOf = (log: RunLog.RunLog, messageId: string): number | undefined => {
 }
 
 const isKnownMessage = (log: RunLog.RunLog, messageId: string): boolean => turnOf(log, messageId) !== undefined
+
+/** `MessageIdReused` when the log holds `message`'s id with another text (design 0360). */
+const reusedIn = (runId: RunId, log: RunLog.RunLog, message: SentMessage): Effect.Effect<void, RunError> => {
+  const turn = turnOf(log, message.messageId)
+  if (turn === undefined) return Effect.void
+  const text = turn === 0 ? Option.getOrThrow(log.started).task : log.userMessages.find((m) => m.messageId === message.messageId)!.text
+  const reused = Inbox.conflict(runId, message, { text, turn })
+  return reused === undefined ? Effect.void : Effect.fail(reused)
+}
+
 
 /** A turn's result, from its `TurnFinished`. */
 const turnResultOf = (runId: RunId, ended: RunLog.TurnFinished): RunResult => ({
@@ -614,7 +647,8 @@ const hold = (
 
 /**
  * Queues a message with the conversation running in this process under the same configuration
- * (the snapshot: agent, tools, parser) (decision 8): resolved once its turn ends; `undefined`
+ * (the snapshot: agent, tools, parser) (decision 8): resolved once its turn ends — a message id
+ * the conversation already holds or has queued waits for that turn (design 0360); `undefined`
  * when there is none to queue with.
  */
 const queueWith = (
@@ -625,70 +659,18 @@ const queueWith = (
   log: RunLog.RunLog,
   parserId: string
 ): Effect.Effect<RunResult, RunError> | undefined => {
-  const inbox = inboxesOf(store).get(runId)
+  const inbox = Inbox.of(store).get(runId)
+  if (inbox === undefined || !inbox.accepting) return undefined
   const started = Option.getOrUndefined(log.started)
-  if (inbox === undefined || !inbox.accepting || started?.conversation === undefined) return undefined
-  const parallel = given.agent.parallelToolCalls ?? Snapshot.parallelToolCallsOf(started.snapshot)
-  if (!Snapshot.matches(inbox.snapshotHash, snapshotOf({ ...given, task: started.task }, parserId, parallel))) return undefined
-  return Effect.gen(function*() {
-    const written = yield* Deferred.make<void, RunError>()
-    const answered = yield* Deferred.make<RunResult, RunError>()
-    inbox.queue.push({ message, written, answered })
-    return yield* Deferred.await(answered)
-  })
-}
-
-/**
- * The turns of a conversation whose current turn has ended: each held message's turn in order,
- * then the new message's (appended first). Returns the result of the sent message's turn (the
- * last turn's for `Agent.run`).
- */
-/**
- * A message sent to a conversation whose turn is running in this process (decision 8): queued
- * with the running loop, which writes it at its next step boundary (`written`: durable, held
- * for the next turn) and answers it when its turn ends (`answered`).
- */
-interface Queued {
-  readonly message: SentMessage
-  readonly written: Deferred.Deferred<void, RunError>
-  readonly answered: Deferred.Deferred<RunResult, RunError>
-}
-
-/** The messages queued with a conversation running in this process, and its held messages (written, their turns to come). */
-export interface Inbox {
-  /** The configuration the running turns answer under: a message is queued only under the same one. */
-  readonly snapshotHash: string
-  readonly queue: Array<Queued>
-  readonly held: Array<RunLog.UserMessaged>
-  readonly answers: Map<string, Deferred.Deferred<RunResult, RunError>>
-  /** Messages the log holds (the next one's turn is this + 1). */
-  messages: number
-  accepting: boolean
-}
-
-/** The conversations whose turns run in this process, by store and run id (two stores may hold one id). */
-const inboxes = new WeakMap<RunLogStore.Service, Map<string, Inbox>>()
-
-const inboxesOf = (store: RunLogStore.Service): Map<string, Inbox> => {
-  let byRun = inboxes.get(store)
-  if (byRun === undefined) inboxes.set(store, byRun = new Map())
-  return byRun
+  if (started !== undefined && started.conversation === undefined) return undefined
+  const parallel = given.agent.parallelToolCalls ?? (started === undefined ? true : Snapshot.parallelToolCallsOf(started.snapshot))
+  if (!Snapshot.matches(inbox.snapshotHash, snapshotOf({ ...given, task: started?.task ?? given.task }, parserId, parallel))) return undefined
+  return Inbox.enqueue(inbox, message)
 }
 
 /** Writes the queued messages (held: their turns start when the current one ends) and acknowledges each. */
-const drain = (run: Run): Effect.Effect<void, Gate.LoopError> => {
-  const inbox = run.inbox
-  if (inbox === undefined || inbox.queue.length === 0) return Effect.void
-  const queued = inbox.queue.splice(0)
-  return Effect.forEach(queued, (q) =>
-    Effect.gen(function*() {
-      const record = yield* appendMessage(run, inbox.messages + 1, q.message, undefined, undefined)
-      inbox.messages += 1
-      inbox.held.push(record)
-      inbox.answers.set(record.messageId, q.answered)
-      yield* Deferred.succeed(q.written, undefined)
-    }), { discard: true })
-}
+const drain = (run: Run): Effect.Effect<void, Gate.LoopError> =>
+  run.inbox === undefined ? Effect.void : Inbox.drain(run.inbox, (message, turn) => appendMessage(run, turn, message, undefined, undefined))
 
 const converse = (
   run: Run,
@@ -702,11 +684,13 @@ const converse = (
     const inbox = run.inbox!
     // The log's held messages (their turns not started), before any queued since this attempt began.
     inbox.held.unshift(...log.userMessages.filter((m) => m.turn > run.state.turn && !inbox.held.some((h) => h.messageId === m.messageId)))
-    let wanted = message === undefined ? undefined : turnOf(log, message.messageId)
+    // The message's turn: the log's, or one this attempt wrote since it read the log.
+    let wanted = message === undefined ? undefined : turnOf(log, message.messageId) ?? Inbox.turnOf(inbox, message.messageId)
     if (message !== undefined && wanted === undefined) {
       const record = yield* appendMessage(run, inbox.messages + 1, message, inForce, snapshot)
       inbox.messages += 1
       inbox.held.push(record)
+      yield* Inbox.written(inbox, record)
       wanted = record.turn
     }
     const results = new Map<number, RunResult>()
@@ -718,13 +702,8 @@ const converse = (
       if (next === undefined) break
       State.startTurn(run.state, next)
       yield* emit(run, { _tag: "TurnStarted", runId: run.runId, turn: next.turn, messageId: next.messageId, text: next.text })
-      const result: RunResult = { ...(yield* loop(run)), turn: next.turn }
-      results.set(next.turn, result)
-      const waiting = inbox.answers.get(next.messageId)
-      if (waiting !== undefined) {
-        inbox.answers.delete(next.messageId)
-        yield* Deferred.succeed(waiting, result)
-      }
+      // Whoever else waits for this turn is answered as it ends (`finish`, design 0360).
+      results.set(next.turn, { ...(yield* loop(run)), turn: next.turn })
     }
     const turn = wanted ?? run.state.turn
     const found = results.get(turn) ?? results.get(run.state.turn)
@@ -757,6 +736,8 @@ const resume = (
     yield* emit(run, { _tag: "RunResumed", runId: run.runId, fromStep, at })
     if (Option.isSome(interrupted)) {
       const reply = interrupted.value.replied.reply
+      // The model call's elapsed as recorded with its reply: the step records it as an uninterrupted one does.
+      run.state.modelElapsed = interrupted.value.replied.modelElapsed
       yield* Step.settle(run, fromStep, reply, interrupted.value.decision, at, true, prior).pipe(
         span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": fromStep, "polyloop.resumed": true }))
       )
@@ -838,6 +819,8 @@ export interface SendRequest {
  * tried again under that schedule until the claim is free.
  */
 export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> => {
+  const issues = messageIssues(request)
+  if (issues !== undefined) return Effect.fail(new InvalidRunRequest({ runId: request.runId, issues }))
   const attempt = execute(
     { runId: request.runId, agent: request.agent, task: request.text, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) },
     { messageId: request.messageId, text: request.text }
@@ -850,10 +833,7 @@ export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, R
 const done = (result: RunResult): Effect.Effect<RunResult> => Effect.succeed(result)
 
 /** A conversation's message: the caller's id for it (a retried send appends nothing) and its text. */
-interface SentMessage {
-  readonly messageId: string
-  readonly text: string
-}
+type SentMessage = Inbox.SentMessage
 
 /**
  * One attempt of a run. Flattened for the runs in flight (design 0350, "Flattening execute"):
@@ -897,6 +877,7 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           if (error._tag !== "RunBusy") return yield* error
           const log = yield* store.readLog(runId)
           if (Option.isSome(log.finished)) return done(resultOf(runId, log.finished.value))
+          if (message !== undefined) yield* reusedIn(runId, log, message)
           const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
           if (answered !== undefined) return done(answered)
           // A turn of this conversation runs in this process: the message waits for it (decision 8).
@@ -912,6 +893,8 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
         const started = Option.getOrUndefined(log.started)
         const conversation = started !== undefined ? started.conversation !== undefined : message !== undefined
         if (message !== undefined && !conversation) return yield* notAConversation(runId)
+        // A message id names one message: sent again with another text, refused (design 0360).
+        if (message !== undefined) yield* reusedIn(runId, log, message)
         // A message already sent (a retried send): its turn's result, once it has one.
         const answered = message === undefined ? undefined : answeredTurn(log, message.messageId)
         if (answered !== undefined) return done(answered)
@@ -974,30 +957,28 @@ const execute = (given: RunRequest, message: SentMessage | undefined): Effect.Ef
           conversation,
           inbox: undefined
         }
+        // What a token budget can never drop — the tools, the system prompt, the task — must fit
+        // in it, or the policy cannot keep its promise: refused before anything is written (design 0361).
+        const floor = current.renderer?.budget === undefined ? undefined : current.renderer.leastTokens(current.state)
+        if (floor !== undefined && parts?.fit !== undefined && floor > current.renderer!.budget!) {
+          return yield* new InvalidRunRequest({
+            runId,
+            issues: `the history policy fitTokens(window ${parts.fit.window}, headroom ${parts.fit.headroom}) leaves ${
+              current.renderer!.budget
+            } tokens per request, but what it never drops (the tools, the system prompt and the task) counts ${floor} tokens by "${parts.fit.tokenizer}"; give it a larger window or a shorter prompt`
+          })
+        }
         if (conversation) {
           // Messages sent to this conversation from this process while it runs are queued here.
-          const inbox: Inbox = {
-            snapshotHash: snapshot.hash,
-            queue: [],
-            held: [],
-            answers: new Map(),
-            messages: log.userMessages.length,
-            accepting: true
-          }
-          inboxesOf(store).set(runId, inbox)
+          const inbox = Inbox.make(runId, snapshot.hash, log, message)
+          Inbox.of(store).set(runId, inbox)
           current.inbox = inbox
           yield* Scope.addFinalizer(
             scope,
-            Effect.gen(function*() {
-              inbox.accepting = false
-              if (inboxesOf(store).get(runId) === inbox) inboxesOf(store).delete(runId)
+            Effect.suspend(() => {
+              if (Inbox.of(store).get(runId) === inbox) Inbox.of(store).delete(runId)
               // Whoever still waits retries (their message, if written, is held in the log).
-              const busy = new RunBusy({ runId })
-              for (const q of inbox.queue.splice(0)) {
-                yield* Deferred.fail(q.written, busy)
-                yield* Deferred.fail(q.answered, busy)
-              }
-              for (const waiting of inbox.answers.values()) yield* Deferred.fail(waiting, busy)
+              return Inbox.close(inbox)
             })
           )
         }

@@ -64,6 +64,8 @@ export class ModelError extends Schema.TaggedError<ModelError>()("ModelError", {
   param: Schema.optional(Schema.String),
   /** The provider's id of the request (`x-request-id`, `request-id`, …). */
   requestId: Schema.optional(Schema.String),
+  /** The model's context window in tokens, when a refusal of a request too long states it (design 0361). */
+  contextWindow: Schema.optional(Schema.Int),
   cause: Schema.optional(Schema.Defect)
 }) {
   /** What the provider said, as one line: `code insufficient_quota · type … · param … · request req_…`; empty when nothing. */
@@ -190,6 +192,22 @@ export class InvalidRunRequest extends Schema.TaggedError<InvalidRunRequest>()("
   }
 }
 
+/**
+ * A conversation's message id was sent again with another text (design 0360): an idempotency
+ * key reused with another body. Nothing was written; `turn` is the turn that holds the id.
+ */
+export class MessageIdReused extends Schema.TaggedError<MessageIdReused>()("MessageIdReused", {
+  runId: Schema.String,
+  messageId: Schema.String,
+  /** Absent while the first message waits in this process's queue (no turn yet). */
+  turn: Schema.optional(Schema.Int)
+}) {
+  override get message(): string {
+    const where = this.turn === undefined ? "queued" : `turn ${this.turn} holds it`
+    return `run ${this.runId}: message id "${this.messageId}" was sent with another text (${where}); a message id names one message, send another text under a new id`
+  }
+}
+
 /** A call waiting for a person's decision (design 0160). */
 export const Waiting = Schema.Struct({
   runId: Schema.String,
@@ -219,23 +237,28 @@ export class Suspended extends Schema.TaggedError<Suspended>()("Suspended", {
 }
 
 /**
- * The provider refused a step's request as longer than its context window, and the run's history
- * policy could not shrink it (design 0300, decision 4): `keepAll`, nothing left to drop, or a
- * second refusal after the emergency step. `window`: the policy's window when it names one;
- * `requestTokens`: the request's counted size. Nothing is lost: the run can be resumed under
- * a policy that shrinks (a fork changes the policy).
+ * A step's request is longer than the context window and the run's history policy could not
+ * shrink it (design 0300, decision 4; design 0361): the provider refused it (`cause`) under
+ * `keepAll`, with nothing left to drop, or a second time after the emergency step — or the
+ * policy's budget (`window − headroom`) cannot hold what it never drops (the last step, a
+ * person's messages), and the request was not sent (no `cause`). `window`: the policy's window
+ * when it names one, else the model's when the provider stated it; `requestTokens`: the
+ * request's counted size. Nothing is lost: the run can be resumed under a policy that shrinks
+ * (a fork changes the policy).
  */
 export class ContextWindowExceeded extends Schema.TaggedError<ContextWindowExceeded>()("ContextWindowExceeded", {
   runId: Schema.String,
   step: StepIndex,
   window: Schema.optional(Schema.Int),
   requestTokens: Schema.Int,
-  cause: ModelError
+  cause: Schema.optional(ModelError)
 }) {
   override get message(): string {
-    return `run ${this.runId}: the request of step ${this.step} (${this.requestTokens} tokens counted) exceeds the model's context window${
-      this.window === undefined ? "" : ` (${this.window} tokens)`
-    } and the history policy cannot shrink it further: ${this.cause.message}`
+    return `run ${this.runId}: the request of step ${this.step} (${this.requestTokens} tokens counted) exceeds the ${
+      this.cause === undefined ? "history policy's budget within the" : "model's"
+    } context window${this.window === undefined ? "" : ` (${this.window} tokens)`} and the history policy cannot shrink it further${
+      this.cause === undefined ? " (not sent)" : `: ${this.cause.message}`
+    }`
   }
 }
 
@@ -248,6 +271,7 @@ export type RunError =
   | ConcurrentWriter
   | ExecutorRegistryMismatch
   | InvalidRunRequest
+  | MessageIdReused
   | Suspended
   | ContextWindowExceeded
 
@@ -260,6 +284,7 @@ export const RunError = Schema.Union(
   ConcurrentWriter,
   ExecutorRegistryMismatch,
   InvalidRunRequest,
+  MessageIdReused,
   Suspended,
   ContextWindowExceeded
 )

@@ -260,7 +260,9 @@ export const fork = (
         snapshotHash: snapshot.hash,
         startedAt,
         logVersion: RunLog.logVersion,
-        forkedFrom
+        forkedFrom,
+        // A fork of a conversation is a conversation (design 0360): it takes further messages.
+        ...(started.conversation === undefined ? {} : { conversation: started.conversation })
       }
       const renumbered = RunLog.recordsBeforeStep(parent, options.atStep).map((record, i): RunLog.RunRecord => ({ ...record, seq: i + 1 }))
       const copied = forkDiffers(forkedFrom) ? yield* rehashed(first, yield* rederived(first, renumbered)) : renumbered

@@ -3,6 +3,7 @@
  *
  * @since 0.1.0
  */
+import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 
 /** A caller-chosen run identifier: one run of an agent on one task. */
@@ -16,6 +17,28 @@ export type RunId = typeof RunId.Type
 
 /** Makes a `RunId`, throwing on an empty or over-long string (use `Schema.decode(RunId)` for a typed error). */
 export const runId = (value: string): RunId => RunId.make(value)
+
+/**
+ * A conversation's message id (design 0360): the caller's idempotency key for one message,
+ * checked as a run id is (1–200 characters).
+ */
+export const MessageId = Schema.String.pipe(
+  Schema.minLength(1, { message: () => "a message id must not be empty" }),
+  Schema.maxLength(200, { message: () => "a message id is at most 200 characters" })
+)
+
+const decodeMessageId = Schema.decodeUnknownEither(MessageId)
+
+/**
+ * Why a conversation cannot take a message (design 0360): an id that is not a `MessageId`, or a
+ * text with nothing to read (providers refuse empty text); `undefined` when it can.
+ */
+export const messageIssues = (message: { readonly messageId: string; readonly text: string }): string | undefined => {
+  const id = decodeMessageId(message.messageId)
+  if (id._tag === "Left") return ParseResult.TreeFormatter.formatErrorSync(id.left)
+  if (message.text.trim() === "") return "a message's text must not be empty or only whitespace (providers refuse empty text)"
+  return undefined
+}
 
 /** The index of a step in a run, counted from 0. */
 export const StepIndex = Schema.Int.pipe(Schema.nonNegative(), Schema.brand("@polyloop/StepIndex"))

@@ -221,6 +221,9 @@ const normalize = (record: RunLog.RunRecord): unknown => {
       delete value.elapsed
       delete value.modelElapsed
       break
+    case "ModelReplied":
+      delete value.modelElapsed
+      break
     case "ApprovalRequested":
     case "ApprovalDecided":
       // The hash binds the decision to its run id; the time is when a person acted.

@@ -84,7 +84,13 @@ export const ModelReplied = Schema.TaggedStruct("ModelReplied", {
    * The hex SHA-256 of the canonical JSON of the `ModelRequest` this reply answered (design
    * 0170): what replay checks. Absent in logs written before fingerprints.
    */
-  requestHash: Schema.optional(Schema.String)
+  requestHash: Schema.optional(Schema.String),
+  /**
+   * Milliseconds the model call took, retries included, measured with `Clock` when the reply was
+   * logged (issue 44): what the step's `StepCompleted.modelElapsed` records, also when the step
+   * is finished after a resume. Absent in logs written before it was recorded.
+   */
+  modelElapsed: Schema.optional(Schema.NonNegative.pipe(Schema.finite()))
 })
 /** @since 0.1.0 */
 export interface ModelReplied extends Schema.Schema.Type<typeof ModelReplied> {}
@@ -124,9 +130,10 @@ export const StepCompleted = Schema.TaggedStruct("StepCompleted", {
   usage: Usage,
   elapsed: Schema.NonNegative.pipe(Schema.finite()),
   /**
-   * Milliseconds of `elapsed` spent in the model call, retries included (the rest is the
-   * actions'); absent for a step whose reply was logged before a resume, and in logs written
-   * before it was recorded.
+   * Milliseconds spent in the model call, retries included (of `elapsed`, the rest being the
+   * actions'). A step finished after a resume records its reply's `ModelReplied.modelElapsed`
+   * (the call was made before the resume, so it may exceed `elapsed`, which counts from the
+   * resume); absent when that reply has none (logs written before it was recorded).
    */
   modelElapsed: Schema.optional(Schema.NonNegative.pipe(Schema.finite()))
 })

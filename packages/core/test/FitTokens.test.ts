@@ -233,7 +233,8 @@ describe("fitTokens", () => {
     "random runs, policies (masking, summaries, budgets) and kill points: every request pairs each call with its answer, and a resumed run sends the uninterrupted run's requests",
     [
       fc.integer({ min: 2, max: 16 }),
-      fc.integer({ min: 2_500, max: 9_000 }),
+      // A window holds at least the largest step (two reads, ~2,100 tokens) within its budget (design 0361).
+      fc.integer({ min: 3_000, max: 9_000 }),
       fc.option(fc.record({ keepLast: fc.integer({ min: 0, max: 4 }), every: fc.integer({ min: 1, max: 4 }) }), { nil: undefined }),
       fc.double({ min: 0.3, max: 1, noNaN: true }),
       fc.integer({ min: 0, max: 15 }),
@@ -276,6 +277,68 @@ describe("fitTokens", () => {
         )
       )
       assert.strictEqual(bad._tag, "InvalidRunRequest")
+    }))
+})
+
+describe("what the policy can never drop (issue 44, design 0361)", () => {
+  it.effect("a window smaller than the system prompt and the task is refused at start, typed, nothing written, no call", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(script(3))
+      // About 850 approximate tokens of system prompt against a 400-token window.
+      const agent = AgentDefinition.make({
+        name: "reader",
+        systemPrompt: "You read files carefully and report what they say. ".repeat(65),
+        budget: { maxSteps: 8 },
+        history: HistoryPolicy.fitTokens({ window: 400 })
+      })
+      const error = yield* Effect.flip(Agent.run({ runId: Ids.runId("small"), agent, task: "Read everything.", tools }).pipe(Effect.provide(Layer.merge(services(store), model.layer))))
+      assert.strictEqual(error._tag, "InvalidRunRequest")
+      if (error._tag === "InvalidRunRequest") {
+        assert.include(error.issues, "window 400")
+        assert.match(error.issues, /counts? \d+ tokens/)
+      }
+      assert.isTrue(RunLog.isEmpty(yield* store.readLog(Ids.runId("small"))))
+      assert.strictEqual(yield* model.calls, 0)
+    }))
+
+  it.effect("a last step that alone does not fit: ContextWindowExceeded naming the window and the size, and no request over the budget is sent", () =>
+    Effect.gen(function*() {
+      // Steps 0 and 3 read two files each: the request after one cannot drop it and is over 2,000 − 250.
+      const { error, log, requests } = yield* Effect.gen(function*() {
+        const store = yield* RunLogStore.makeMemory
+        // The provider reports what the test counts (the calibration is 1): "over the budget" means the same to both.
+        const model = yield* ScriptedModel.make((request, call) =>
+          ModelReply.make({ ...script(6)(request, call), usage: { inputTokens: approximateSize(request.messages), outputTokens: 1 } })
+        )
+        const request = { runId: Ids.runId("last"), agent: agentWith(HistoryPolicy.fitTokens({ window: 2_000, headroom: 250 }), 10), task: "Read everything.", tools }
+        const error = yield* Effect.flip(Agent.run(request).pipe(Effect.provide(Layer.merge(services(store), model.layer))))
+        return { error, log: yield* store.readLog(request.runId), requests: (yield* model.requests).map((seen) => seen.request) }
+      })
+      assert.strictEqual(error._tag, "ContextWindowExceeded")
+      if (error._tag === "ContextWindowExceeded") {
+        assert.strictEqual(error.window, 2_000)
+        assert.strictEqual(error.step, requests.length, "the step whose request was not sent")
+        assert.isAbove(error.requestTokens, 1_750)
+        assert.isUndefined(error.cause)
+        assert.include(error.message, "2000 tokens")
+      }
+      assert.isAtLeast(requests.length, 1)
+      for (const r of requests) assert.isAtMost(approximateSize(r.messages), 1_750)
+      assert.isTrue(Option.isNone(log.finished))
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
+    }))
+
+  it.effect("under keepAll, ContextWindowExceeded names the model's window when the provider's refusal states it", () =>
+    Effect.gen(function*() {
+      const kept = yield* Effect.flip(runOnce("keep-all-known", 10, undefined, {
+        failures: [{ step: 3, times: 1, retryable: false, status: 400, code: "context_length_exceeded", contextWindow: 4_097 }]
+      }))
+      assert.strictEqual(kept._tag, "ContextWindowExceeded")
+      if (kept._tag === "ContextWindowExceeded") {
+        assert.strictEqual(kept.window, 4_097)
+        assert.include(kept.message, "(4097 tokens)")
+      }
     }))
 })
 
@@ -347,7 +410,7 @@ describe("context_length_exceeded", () => {
         assert.strictEqual(twice.error.window, 8_000)
         assert.strictEqual(twice.error.step, 4)
         assert.isAbove(twice.error.requestTokens, 0)
-        assert.strictEqual(twice.error.cause.code, "context_length_exceeded")
+        assert.strictEqual(twice.error.cause?.code, "context_length_exceeded")
       }
       assert.strictEqual(twice.log.compactions.length, 1)
       assert.isTrue(Option.isNone(twice.log.finished))

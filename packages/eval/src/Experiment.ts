@@ -31,6 +31,7 @@ import * as Schema from "effect/Schema"
 import * as Dataset from "./Dataset.js"
 import * as ExperimentStore from "./ExperimentStore.js"
 import type * as Scorer from "./Scorer.js"
+import * as ScorerModule from "./Scorer.js"
 
 /** The services a configuration's runs need besides the store and the sink. */
 export type ConfigurationServices = ModelClient.ModelClient | DecisionParser | ActionExecutor.ActionExecutor
@@ -296,19 +297,42 @@ const scoreMissing = <R>(
     for (const scorer of scorers) {
       const present = index.scores.has(ExperimentStore.scoreKey(scorer.name, outcome.key))
       if (present && !(regrade && scorer.graded)) continue
-      const score = yield* scorer.score({
-        sample,
-        answer: outcome.answer,
-        result: outcome.result,
-        runId: outcome.runId,
-        configuration: outcome.configuration,
-        epoch: outcome.epoch
-      })
+      const score = yield* Effect.flatMap(
+        scorer.score({
+          sample,
+          answer: outcome.answer,
+          result: outcome.result,
+          runId: outcome.runId,
+          configuration: outcome.configuration,
+          epoch: outcome.epoch
+        }),
+        (returned) => checkedScore(scorer.name, outcome, returned)
+      )
       yield* records.putScore(experiment, { key: outcome.key, scorer: scorer.name, version: scorer.version, score })
       written++
     }
     return written
   })
+
+const decodeScore = Schema.decodeUnknownEither(ScorerModule.Score)
+
+/**
+ * What a scorer returned, as a score (issue 44): a `Score` whose value is a finite number; else
+ * `ScorerError` naming the scorer, the run and its sample — a scorer written in JavaScript (or
+ * cast) can return anything, and it must not reach the store as a record that cannot be written.
+ */
+const checkedScore = (scorer: string, outcome: ExperimentStore.Outcome, returned: unknown): Effect.Effect<Scorer.Score, Scorer.ScorerError> => {
+  const decoded = decodeScore(returned)
+  if (decoded._tag === "Right" && Number.isFinite(decoded.right.value)) return Effect.succeed(decoded.right)
+  const shown = typeof returned === "number" ? String(returned) : JSON.stringify(returned) ?? String(returned)
+  return Effect.fail(
+    new ScorerModule.ScorerError({
+      scorer,
+      runId: outcome.runId,
+      detail: `returned ${shown.length > 80 ? `${shown.slice(0, 80)}…` : shown} for sample ${outcome.sampleId}, not a score (a finite number, or { value: <finite number> })`
+    })
+  )
+}
 
 /**
  * Runs the experiment: records or checks its definition, then finishes what is unfinished,

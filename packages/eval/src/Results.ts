@@ -73,6 +73,21 @@ export const Results = Schema.Struct({
 /** @since 0.1.0 */
 export interface Results extends Schema.Schema.Type<typeof Results> {}
 
+/**
+ * A configuration or a scorer an experiment does not have (issue 44): a typo in `compare` is an
+ * error naming the names it has, never an empty comparison.
+ */
+export class UnknownName extends Schema.TaggedError<UnknownName>()("UnknownName", {
+  experiment: Schema.String,
+  kind: Schema.Literal("configuration", "scorer"),
+  name: Schema.String,
+  known: Schema.Array(Schema.String)
+}) {
+  override get message(): string {
+    return `experiment ${this.experiment} has no ${this.kind} ${JSON.stringify(this.name)}; its ${this.kind}s: ${this.known.join(", ") || "none"}`
+  }
+}
+
 /** A paired comparison of two configurations under one scorer. */
 export const Comparison = Schema.Struct({
   experiment: Schema.String,
@@ -276,10 +291,18 @@ export const compare = (
   a: string,
   b: string,
   options: Options & { readonly scorer?: string } = {}
-): Effect.Effect<Comparison, StoreError | ExperimentNotFound, ExperimentStore.ExperimentStore> =>
+): Effect.Effect<Comparison, StoreError | ExperimentNotFound | UnknownName, ExperimentStore.ExperimentStore> =>
   Effect.gen(function*() {
     const loaded = yield* load(experiment)
-    const scorer = options.scorer ?? scorerNames(loaded)[0] ?? ""
+    const configurations = loaded.definition.configurations.map((c) => c.name)
+    for (const name of [a, b]) {
+      if (!configurations.includes(name)) return yield* new UnknownName({ experiment, kind: "configuration", name, known: configurations })
+    }
+    const scorers = scorerNames(loaded)
+    if (options.scorer !== undefined && !scorers.includes(options.scorer)) {
+      return yield* new UnknownName({ experiment, kind: "scorer", name: options.scorer, known: scorers })
+    }
+    const scorer = options.scorer ?? scorers[0] ?? ""
     const left = clustersOf(loaded, a, scorer)
     const right = clustersOf(loaded, b, scorer)
     const common = [...left.keys()].filter((id) => right.has(id))

@@ -174,6 +174,38 @@ describe("Experiment", () => {
       assert.deepStrictEqual(results.configurations[0]!.scores.map((s) => [s.scorer, s.mean]), [["exact", 0], ["includes", 1], ["judge", 1], ["numeric", 1]])
     }).pipe(Effect.provide(stores())))
 
+  it.effect("a custom scorer returning what is not a number is a ScorerError naming the scorer and the sample, not a StoreError (issue 44)", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel.make(Fixture.script(0))
+      const base = Fixture.experiment({ name: "odd-scorer", n: 2, epochs: 1, careful: model.layer })
+      for (const [name, returned] of [["texty", "yes"], ["nan", Number.NaN], ["boxed", { value: "1" }]] as const) {
+        // A scorer written in JavaScript, or cast: its function returns whatever it returns.
+        const odd = Scorer.custom(name, "1", () => returned as unknown as number)
+        const error = yield* Effect.flip(Experiment.run({ ...base, name: `odd-${name}`, scorers: [...base.scorers, odd] }))
+        assert.strictEqual(error._tag, "ScorerError", String(error))
+        if (error._tag === "ScorerError") {
+          assert.strictEqual(error.scorer, name)
+          assert.match(error.runId, new RegExp(`^odd-${name}/careful/s000\\d/1$`))
+          assert.match(error.message, /sample s000\d/)
+        }
+      }
+    }).pipe(Effect.provide(stores())))
+
+  it.effect("compare with an unknown configuration or scorer names the known ones (issue 44)", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel.make(Fixture.script(0))
+      yield* Experiment.run(Fixture.experiment({ name: "names", n: 2, epochs: 1, careful: model.layer, sloppy: model.layer }))
+      const typo = yield* Effect.flip(Results.compare("names", "careful", "slopy"))
+      assert.strictEqual(typo._tag, "UnknownName")
+      assert.include(typo.message, "slopy")
+      assert.include(typo.message, "careful, sloppy")
+      const scorer = yield* Effect.flip(Results.compare("names", "careful", "sloppy", { scorer: "nosuch" }))
+      assert.strictEqual(scorer._tag, "UnknownName")
+      assert.include(scorer.message, "includes, numeric")
+      const fine = yield* Results.compare("names", "careful", "sloppy", { scorer: "numeric" })
+      assert.strictEqual(fine.samples, 2)
+    }).pipe(Effect.provide(stores())))
+
   it.effect("at most `concurrency` runs at once: three model calls are in flight together, never a fourth", () =>
     Effect.gen(function*() {
       let inFlight = 0

@@ -260,6 +260,12 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<RunLogStore.Run
 }
 
 /**
+ * A `connectRetry` for long-lived processes (a runner started with its database, design 0364):
+ * exponential from 500 ms, each wait at most 10 s, for at most 5 minutes.
+ */
+export const connectRetry: Schedule.Schedule<unknown, StoreError> = PgSettings.defaultConnectRetry
+
+/**
  * Options of the PostgreSQL store: the connection (`url`, or `host`, `port`, `database`,
  * `username`, `password`; `maxConnections`, timeouts, `ssl`, …) and the store's lease options.
  */
@@ -311,6 +317,6 @@ export const layerPg = (options: PgOptions): Layer.Layer<RunLogStore.RunLogStore
  * `layerPgConfig({ url: Config.redacted("DATABASE_URL"), maxConnections: Config.integer("PG_POOL") })`.
  */
 export const layerPgConfig = (
-  config: Config.Config.Wrap<Omit<PgOptions, "faultPoint">> = { url: Config.redacted("POLYLOOP_PG_URL") }
+  config: Config.Config.Wrap<Omit<PgOptions, "faultPoint" | "connectRetry">> = { url: Config.redacted("POLYLOOP_PG_URL") }
 ): Layer.Layer<RunLogStore.RunLogStore, StoreError | ConfigError.ConfigError> =>
   Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerPg))

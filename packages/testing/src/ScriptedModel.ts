@@ -55,6 +55,8 @@ export interface Failure {
   readonly status?: number
   /** The provider's error code, e.g. `context_length_exceeded`. */
   readonly code?: string
+  /** The model's context window the refusal states (`ModelError.contextWindow`). */
+  readonly contextWindow?: number
 }
 
 /** Cut the streams of a step: the first `times` streams (of `step`, or of any step) fail after `after` deltas. */
@@ -182,7 +184,8 @@ export const make = (script: Script, options: Options = {}): Effect.Effect<Scrip
               retryable: failure.retryable,
               message: failure.message ?? `scripted failure at step ${call.step} (call ${call.call})`,
               ...(failure.status === undefined ? {} : { status: failure.status }),
-              ...(failure.code === undefined ? {} : { code: failure.code })
+              ...(failure.code === undefined ? {} : { code: failure.code }),
+              ...(failure.contextWindow === undefined ? {} : { contextWindow: failure.contextWindow })
             })
           )
         }

@@ -150,6 +150,9 @@ export const readUsage = (usage: typeof WireUsage.Type | null | undefined): Mode
   }
 }
 
+/** The id of a tool call the server sent without one (design 0362): its position in the reply. */
+const syntheticId = (index: number): string => `call_${index}`
+
 /**
  * The error an answer reports in its body instead of a completion (OpenRouter does this for
  * upstream failures, also mid-stream), classified by its numeric code; `undefined` when the
@@ -194,10 +197,10 @@ export const parseCompletion = (body: string, endpoint: string): Either.Either<M
   const { reasoning, refusal, text } = readMessage(message)
   return Either.right(ModelReply.make({
     text: text === "" && refusal !== undefined ? refusal : text,
-    // A call without an id keeps the empty one: the loop gives it its deterministic id
-    // (`call_<step>`), the same whether the reply streamed or not (issue 29).
-    toolCalls: (message.tool_calls ?? []).map((call) => ({
-      id: call.id ?? "",
+    // A call whose id is missing or empty (Gemini's OpenAI endpoint sends "") gets
+    // `call_<index>`, as the stream's first fragment of it does (design 0362).
+    toolCalls: (message.tool_calls ?? []).map((call, index) => ({
+      id: nonEmpty(call.id) ?? syntheticId(index),
       name: call.function.name,
       argumentsText: argumentsText(call.function.arguments)
     })),
@@ -269,8 +272,11 @@ const chunkDeltas = (json: unknown, endpoint: string, reading: Reading): Either.
       const index = call.index ?? position
       const args = call.function?.arguments
       const given = args !== undefined && args !== null
+      const first = !reading.calls.has(index)
       reading.calls.set(index, (reading.calls.get(index) ?? false) || given)
-      const id = nonEmpty(call.id)
+      // The call's first fragment names it: its id, or `call_<index>` when it has none (design
+      // 0362); a real id in a later fragment replaces that one in the fold.
+      const id = nonEmpty(call.id) ?? (first ? syntheticId(index) : undefined)
       const name = nonEmpty(call.function?.name)
       deltas.push({
         _tag: "ToolCallDelta",

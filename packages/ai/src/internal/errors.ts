@@ -206,6 +206,8 @@ export interface ProviderError {
   readonly type?: string
   readonly param?: string
   readonly requestId?: string
+  /** The model's context window a refusal of a request too long states (design 0361). */
+  readonly contextWindow?: number
 }
 
 const record = (value: unknown): Readonly<Record<string, unknown>> | undefined =>
@@ -229,12 +231,26 @@ export const providerErrorOf = (body: unknown): ProviderError => {
   const type = token(inner.type) ?? token(inner.status)
   const param = token(inner.param)
   const requestId = token(top.request_id)
+  const contextWindow = code === "context_length_exceeded" ? statedWindow(inner.message) : undefined
   return {
     ...(code === undefined ? {} : { code }),
+    ...(contextWindow === undefined ? {} : { contextWindow }),
     ...(type === undefined ? {} : { type }),
     ...(param === undefined ? {} : { param }),
     ...(requestId === undefined ? {} : { requestId })
   }
+}
+
+/**
+ * The window a refusal of a request too long states (design 0361): OpenAI's "This model's maximum
+ * context length is 4097 tokens. …", Anthropic's "prompt is too long: 200251 tokens > 200000
+ * maximum". Only the number is kept, never the text; the first 1,000 characters are read.
+ */
+const statedWindow = (message: unknown): number | undefined => {
+  if (typeof message !== "string") return undefined
+  const head = message.slice(0, 1_000)
+  const found = /maximum context length is (\d{1,9}) tokens/i.exec(head) ?? /\btokens > (\d{1,9}) maximum\b/i.exec(head)
+  return found === null ? undefined : Number(found[1])
 }
 
 /** Anthropic's refusal of a request longer than the context window (its only sign: the message's start). */
@@ -273,6 +289,7 @@ export const providerStatusError = (
     ...(provider.code === undefined ? {} : { code: provider.code }),
     ...(provider.type === undefined ? {} : { type: provider.type }),
     ...(provider.param === undefined ? {} : { param: provider.param }),
+    ...(provider.contextWindow === undefined ? {} : { contextWindow: provider.contextWindow }),
     ...(requestId === undefined ? {} : { requestId })
   })
 }

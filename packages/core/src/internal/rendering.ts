@@ -65,8 +65,16 @@ export interface Renderer {
   readonly emergency: (source: Source) => Planned | undefined
   /** The counted (calibrated) size of the request of `source.steps`. */
   readonly tokens: (source: Source) => number
+  /**
+   * The smaller of the counted and the calibrated size of the request of `source.steps` (design
+   * 0361): what the request counts at least. A calibration can be off (a fork's copied replies
+   * report the parent's requests), so a request is refused as over the budget only by this.
+   */
+  readonly leastTokens: (source: Source) => number
   /** The budget's window, when the policy names one. */
   readonly window: number | undefined
+  /** What no request may count more than (`window − headroom`), when the policy names a window (design 0361). */
+  readonly budget: number | undefined
   /** Whether the policy drops or summarises steps (not only masks). */
   readonly compacts: boolean
   /** The summary `summarise` asks for before the request of `source.steps`, if any. */
@@ -262,11 +270,17 @@ export const make = (
     countUpTo(source, source.steps)
     return currentSize(source, ratio(source))
   }
+  const leastTokens = (source: Source) => {
+    countUpTo(source, source.steps)
+    return currentSize(source, Math.min(1, ratio(source)))
+  }
   return {
     request: rendering.request,
     window: fit?.window,
+    budget: fit === undefined ? undefined : fit.window - fit.headroom,
     compacts: fit !== undefined || summary !== undefined,
     tokens,
+    leastTokens,
     plan: (source) => {
       if (fit === undefined) return undefined
       countUpTo(source, source.steps)

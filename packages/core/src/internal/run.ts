@@ -62,7 +62,7 @@ export interface Run {
   /** A conversation (design 0300): a turn ends with `TurnFinished`, never `RunFinished`. */
   readonly conversation: boolean
   /** A conversation's queued and held messages (design 0300, decision 8). */
-  inbox: import("../Agent.js").Inbox | undefined
+  inbox: import("./inbox.js").Inbox | undefined
 }
 
 /**

@@ -212,7 +212,8 @@ const completeStep = (
   resumed: boolean
 ): Effect.Effect<void, LoopError> => {
   const elapsed = Math.max(0, run.clock.unsafeCurrentTimeMillis() - startedAt)
-  const modelElapsed = resumed ? undefined : run.state.modelElapsed
+  // A resumed step's call was made before the resume (its elapsed recorded with its reply): not clipped to `elapsed`.
+  const modelElapsed = run.state.modelElapsed === undefined || resumed ? run.state.modelElapsed : Math.min(run.state.modelElapsed, elapsed)
   run.state.modelElapsed = undefined
   const seq = run.state.seq
   const records = pending.map((p, k) => record(seq + k, step, p))
@@ -227,7 +228,7 @@ const completeStep = (
     effective: State.isEffective(all),
     usage: reply.usage,
     elapsed,
-    ...(modelElapsed === undefined ? {} : { modelElapsed: Math.min(modelElapsed, elapsed) })
+    ...(modelElapsed === undefined ? {} : { modelElapsed })
   }
   return Effect.flatMap(run.store.completeStep(run.runId, records, completed), () => {
     run.state.seq = completed.seq + 1

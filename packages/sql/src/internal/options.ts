@@ -10,6 +10,7 @@ import type { StoreError } from "@polyloop/core/Errors"
 import type { RunId } from "@polyloop/core/Ids"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
+import type * as Schedule from "effect/Schedule"
 
 /** Where a fault can be injected inside an append's transaction. */
 export type FaultStage = "BeforeRecord" | "BeforeCommit"
@@ -59,6 +60,12 @@ export interface Options {
   readonly reclaimDeadLocalOwners?: boolean
 }
 
-/** Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the store's queries do not expect. */
-export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson">
+/**
+ * Connection options of the PostgreSQL client (`@effect/sql-pg`), without the name transforms the
+ * store's queries do not expect; `connectRetry`: while the first connection fails, connect again
+ * under this schedule, logging each attempt (design 0364; e.g. `SqlRunLogStore.connectRetry`).
+ */
+export type PgClientOptions = Omit<PgClient.PgClientConfig, "transformResultNames" | "transformQueryNames" | "transformJson"> & {
+  readonly connectRetry?: Schedule.Schedule<unknown, StoreError>
+}
 

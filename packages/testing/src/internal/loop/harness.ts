@@ -84,6 +84,10 @@ export const comparable = (log: RunLog.RunLog): ReadonlyArray<unknown> =>
         const { modelElapsed: _model, ...step } = rest
         return step
       }
+      if (rest._tag === "ModelReplied") {
+        const { modelElapsed: _model, ...replied } = rest
+        return replied
+      }
       if (rest._tag === "RunFinished") return { ...rest, counters: { ...rest.counters, resumedCount: 0 } }
       return rest
     })
