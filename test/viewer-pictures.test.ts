@@ -115,21 +115,20 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     fs.writeFileSync(pricesFile, JSON.stringify({ currency: "EUR", models: { "*": { input: 3, output: 15 } } }))
     const child = spawn(process.execPath, [launcher, "serve", "--db", db, "--port", "0", "--prices", pricesFile], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
     serve = child
-    const printed = await new Promise<string>((resolve, reject) => {
+    const [printed, printedToken] = await new Promise<readonly [string, string]>((resolve, reject) => {
       let stdout = ""
       child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
         stdout += chunk
-        const match = /polyloop viewer on (http:\/\/\S+) /.exec(stdout)
-        if (match !== null) resolve(match[1]!)
+        const match = /polyloop viewer on (http:\/\/\S+) [\s\S]*token for scripts and other browsers: ([0-9a-f]+) /.exec(stdout)
+        if (match !== null) resolve([match[1]!, match[2]!])
       })
       child.on("close", (code) => reject(new Error(`serve exited (${code}):\n${stdout}`)))
     })
     const parsed = new URL(printed)
-    token = parsed.searchParams.get("token")!
+    token = printedToken
     url = `${parsed.origin}/`
     browser = await Chromium.launch({ width: 1280, height: 900 })
-    const first = await browser.context.newPage()
-    await first.goto(printed)
+    const first = await Chromium.login(browser.context, printed)
     await first.close()
     process.stdout.write(`viewer screenshots: ${screenshots}\n`)
   }, 240_000)

@@ -12,6 +12,8 @@
 // The file is longer than a module of the library: it is the whole page, kept in one file so
 // that it is served as it is written.
 
+import * as Session from "./session.js"
+
 const main = document.getElementById("main")
 const connection = document.getElementById("connection")
 const problem = document.getElementById("problem")
@@ -83,9 +85,18 @@ const showProblem = (message) => {
   problem.textContent = message ?? ""
 }
 
+/** The server refused this browser's credential: the login form replaces the page. */
+const needsLogin = () => {
+  Session.forget()
+  closeLive()
+  setConnection("", false)
+  main.replaceChildren(Session.form(el, () => route()))
+}
+
 const getJson = async (url) => {
-  const response = await fetch(url, { headers: { accept: "application/json" } })
+  const response = await fetch(url, { headers: { accept: "application/json", ...Session.headers() } })
   const body = await response.json().catch(() => null)
+  if (response.status === 401) needsLogin()
   if (!response.ok) {
     const error = new Error(body?.error?.message ?? `${response.status} ${response.statusText}`)
     error.status = response.status
@@ -95,8 +106,9 @@ const getJson = async (url) => {
 }
 
 const postJson = async (url, body) => {
-  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json" }, body: JSON.stringify(body) })
+  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json", ...Session.headers() }, body: JSON.stringify(body) })
   const answer = await response.json().catch(() => null)
+  if (response.status === 401) needsLogin()
   if (!response.ok) throw new Error(answer?.error?.message ?? `${response.status} ${response.statusText}`)
   return answer
 }
@@ -232,7 +244,7 @@ const listPage = async () => {
   }
   await load()
   closeLive()
-  const source = new EventSource("/api/live")
+  const source = new EventSource(Session.streamUrl("/api/live"))
   liveSource = source
   let first = true
   source.addEventListener("runs", () => {
@@ -738,7 +750,7 @@ const runPage = async (runId) => {
     if (error.status === 404) view.waiting(runId)
     else showProblem(`cannot read the run: ${error.message}`)
   }
-  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/live`)
+  const source = new EventSource(Session.streamUrl(`/api/runs/${encodeURIComponent(runId)}/live`))
   liveSource = source
   let lastId = null
   source.addEventListener("transcript", (event) => {
@@ -1274,5 +1286,21 @@ const route = () => {
   else void listPage()
 }
 
+/** Logs in with the URL's code when it has one (design 0370), then shows the page. */
+const begin = async () => {
+  try {
+    await Session.start()
+  } catch (error) {
+    needsLogin()
+    showProblem(`cannot log in with this URL: ${error.message}`)
+    return
+  }
+  route()
+}
+
 window.addEventListener("popstate", route)
-route()
+// The printed URL opened over this page changes only the fragment: no new document.
+window.addEventListener("hashchange", () => {
+  if (new URLSearchParams(location.hash.slice(1)).has("login")) void begin()
+})
+await begin()
