@@ -284,16 +284,19 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     const expected = statsJson()
     const page = await open("/?view=stats")
     const stops = await drawn(page, "chart-stop-reasons")
-    assert.deepStrictEqual(stops.labels, expected.map((g) => `${g.agent} · ${g.snapshotHash.slice(0, 8)}`))
-    // Each stacked segment is the command's count of that stop reason in that group.
+    // Per agent first (issue 45): the command's groups summed over each agent's snapshots.
+    const agents = [...new Set(expected.map((g) => g.agent))]
+    const ofAgent = (agent: string) => expected.filter((g) => g.agent === agent)
+    assert.deepStrictEqual(stops.labels, agents)
+    // Each stacked segment is the command's count of that stop reason for that agent.
     const reasons = [...new Set(expected.flatMap((g) => Object.keys(g.stopReasons)))].sort()
     assert.deepStrictEqual(stops.datasets.map((d) => d.label), reasons)
     for (const dataset of stops.datasets) {
-      assert.deepStrictEqual(dataset.data, expected.map((g) => g.stopReasons[dataset.label] ?? 0), dataset.label)
+      assert.deepStrictEqual(dataset.data, agents.map((a) => ofAgent(a).reduce((sum, g) => sum + (g.stopReasons[dataset.label] ?? 0), 0)), dataset.label)
     }
     assert.deepStrictEqual(
-      await page.locator("#stats-table tbody tr td:nth-child(3)").allInnerTexts(),
-      expected.map((g) => String(g.runs))
+      await page.locator("#stats-agents tbody tr.agent-row td:nth-child(3)").allInnerTexts(),
+      agents.map((a) => String(ofAgent(a).reduce((sum, g) => sum + g.runs, 0)))
     )
     // The histograms count every finished run once.
     const finished = expected.reduce((sum, g) => sum + g.runs, 0)

@@ -949,11 +949,46 @@ const groupLabel = (group) => `${group.agent} · ${group.snapshotHash.slice(0, 8
 const statsParams = () => {
   const params = new URLSearchParams(location.search)
   const keep = new URLSearchParams()
-  for (const name of ["agent", "snapshot"]) {
+  for (const name of ["agent", "snapshot", "page", "agentPage"]) {
     const value = params.get(name)
     if (value) keep.set(name, value)
   }
   return keep
+}
+
+const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`
+
+/** A row's figures after its key cells: runs, stop reasons, steps, effective steps, tokens, resumes, cost. */
+const figureCells = (g, cost, currency) => [
+  [String(g.runs), true],
+  [Object.entries(g.stopReasons).map(([k, v]) => `${k} ${v}`).join(", ")],
+  [`${g.steps.median} / ${g.steps.p90} / ${g.steps.max}`, true],
+  [`${g.effectiveSteps.median} / ${g.effectiveSteps.p90} / ${g.effectiveSteps.max}`, true],
+  [`${g.tokens.median} / ${g.tokens.p90} / ${g.tokens.max}`, true],
+  [`${g.resumedRuns} (${g.resumes})`, true],
+  ...(currency && cost ? [[`${cost.amount.toFixed(6)}${cost.unpriced > 0 ? ` (${cost.unpriced} unpriced)` : ""}`, true, { "data-cost": cost.amount }]] : [])
+]
+
+const figureHeads = (currency) => [["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true], ...(currency ? [[`cost (${currency})`, true]] : [])]
+
+const cellsRow = (attrs, cells) => el("tr", attrs, cells.map(([text, num, more]) => el("td", { class: num ? "num" : undefined, ...(more ?? {}) }, text)))
+
+/** A pager: previous / "page n of m" / next, moving the URL's `param`. */
+const pager = (id, page, count, pageSize, param) => {
+  const pages = Math.max(1, Math.ceil(count / pageSize))
+  const go = (next) => {
+    const params = statsParams()
+    if (next > 1) params.set(param, String(next))
+    else params.delete(param)
+    params.set("view", "stats")
+    history.pushState(null, "", `/?${params}`)
+    route()
+  }
+  const prev = el("button", { type: "button", class: "prev", disabled: page <= 1 }, "← previous")
+  const next = el("button", { type: "button", class: "next", disabled: page >= pages }, "next →")
+  prev.addEventListener("click", () => go(page - 1))
+  next.addEventListener("click", () => go(page + 1))
+  return pages <= 1 ? null : el("div", { class: "pager", id }, prev, el("span", {}, `page ${page} of ${pages}`), next)
 }
 
 const statsPage = async () => {
@@ -968,38 +1003,37 @@ const statsPage = async () => {
     showProblem(`cannot compute the statistics: ${error.message}`)
     return
   }
-  const { groups, finished, histograms, cost, agents } = data
+  const { groups, groupCount, byAgent, chart, finished, histograms, cost, agents } = data
   const currency = cost?.currency ?? null
-  const costs = cost?.groups ?? []
   const totalCost = cost?.total ?? 0
   const unpriced = cost?.unpriced ?? 0
+  const oneAgent = params.get("agent")
   const filter = el(
     "form",
     { class: "filters", id: "stats-filters" },
-    select("agent", "Agent", params.get("agent") ?? "", agents.map((a) => [a, a])),
-    el("span", { class: "muted", id: "stats-count" }, `${finished} finished run${finished === 1 ? "" : "s"} in ${groups.length} configuration${groups.length === 1 ? "" : "s"}`)
+    select("agent", "Agent", oneAgent ?? "", agents.map((a) => [a, a])),
+    el("span", { class: "muted", id: "stats-count" }, `${plural(finished, "finished run")} of ${plural(byAgent.count, "agent")} in ${plural(groupCount, "configuration")}`)
   )
   filter.addEventListener("change", (event) => {
     const next = statsParams()
+    next.delete("page")
+    next.delete("agentPage")
     if (event.target.value) next.set(event.target.name, event.target.value)
     else next.delete(event.target.name)
     next.set("view", "stats")
     history.pushState(null, "", `/?${next}`)
     route()
   })
-  const reasons = [...new Set(groups.flatMap((g) => Object.keys(g.stopReasons)))].sort()
+  const reasons = [...new Set(chart.bars.flatMap((b) => Object.keys(b.stopReasons)))].sort()
   const stopChart = chartBox("chart-stop-reasons", {
-    label: "stop reasons per agent and snapshot (stacked)",
+    label: chart.by === "agent" ? "stop reasons per agent (stacked)" : "stop reasons per snapshot (stacked)",
     type: "bar",
     data: {
-      labels: groups.map(groupLabel),
-      datasets: reasons.map((reason, i) => ({ label: reason, data: groups.map((g) => g.stopReasons[reason] ?? 0), backgroundColor: colorOf(i) }))
+      labels: chart.bars.map((b) => b.label),
+      datasets: reasons.map((reason, i) => ({ label: reason, data: chart.bars.map((b) => b.stopReasons[reason] ?? 0), backgroundColor: colorOf(i) }))
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } } }
   }, true)
-  const stepsBins = histograms.steps
-  const tokenBins = histograms.tokens
-  const timeBins = histograms.overTime
   const histogramChart = (id, label, bins, axis, color) =>
     chartBox(id, {
       label,
@@ -1010,40 +1044,105 @@ const statsPage = async () => {
         scales: { x: { title: { display: true, text: axis } }, y: { beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } }
       }
     })
-  const table = dataTable(
-    "stats-table",
-    [["agent"], ["snapshot"], ["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true], ...(currency ? [[`cost (${currency})`, true]] : [])],
-    groups.map((g, i) => [
-      [g.agent, false, { "data-agent": g.agent }],
-      [g.snapshotHash.slice(0, 12), false, { class: "mono", title: g.snapshotHash }],
-      [String(g.runs), true],
-      [Object.entries(g.stopReasons).map(([k, v]) => `${k} ${v}`).join(", ")],
-      [`${g.steps.median} / ${g.steps.p90} / ${g.steps.max}`, true],
-      [`${g.effectiveSteps.median} / ${g.effectiveSteps.p90} / ${g.effectiveSteps.max}`, true],
-      [`${g.tokens.median} / ${g.tokens.p90} / ${g.tokens.max}`, true],
-      [`${g.resumedRuns} (${g.resumes})`, true],
-      ...(currency ? [[`${costs[i].amount.toFixed(6)}${costs[i].unpriced > 0 ? ` (${costs[i].unpriced} unpriced)` : ""}`, true, { "data-cost": costs[i].amount }]] : [])
-    ])
-  )
+  /** One agent's snapshots, fetched when its row is opened, shown under it. */
+  const expand = async (row, button, agent) => {
+    const shown = [...row.parentNode.querySelectorAll(`tr.snapshot-row`)].filter((r) => r.getAttribute("data-agent") === agent)
+    if (shown.length > 0) {
+      for (const r of shown) r.remove()
+      button.textContent = "▸"
+      button.setAttribute("aria-expanded", "false")
+      return
+    }
+    button.disabled = true
+    try {
+      const detail = await getJson(`/api/stats?${new URLSearchParams({ agent, pageSize: "200" })}`)
+      const rows = detail.groups.map((g, i) =>
+        cellsRow({ class: "snapshot-row", "data-agent": agent, "data-snapshot": g.snapshotHash }, [
+          [""],
+          [el("a", { href: `/?${new URLSearchParams({ view: "stats", agent, snapshot: g.snapshotHash.slice(0, 16) })}`, class: "mono", title: g.snapshotHash }, g.snapshotHash.slice(0, 12))],
+          ...figureCells(g, detail.cost?.groups?.[i], currency)
+        ]))
+      if (detail.groupCount > detail.groups.length) rows.push(el("tr", { class: "snapshot-row", "data-agent": agent }, el("td", { colspan: "9", class: "muted" }, `… ${detail.groupCount - detail.groups.length} more: choose the agent above`)))
+      row.after(...rows)
+      button.textContent = "▾"
+      button.setAttribute("aria-expanded", "true")
+    } catch (error) {
+      showProblem(`cannot read the snapshots of ${agent}: ${error.message}`)
+    } finally {
+      button.disabled = false
+    }
+  }
+  let table
+  if (oneAgent === null) {
+    table = el(
+      "div",
+      {},
+      el(
+        "table",
+        { class: "plain", id: "stats-agents" },
+        el("thead", {}, el("tr", {}, [["agent"], ["snapshots", true], ...figureHeads(currency)].map(([text, num]) => el("th", { class: num ? "num" : undefined }, text)))),
+        el(
+          "tbody",
+          {},
+          byAgent.rows.map((g, i) => {
+            const button = el("button", { type: "button", class: "expand", "aria-expanded": "false", title: `show the snapshots of ${g.agent}` }, "▸")
+            const row = cellsRow({ class: "agent-row", "data-agent": g.agent }, [
+              [el("span", { class: "nowrap" }, button, " ", el("a", { href: `/?${new URLSearchParams({ view: "stats", agent: g.agent })}` }, g.agent)), false, { "data-agent": g.agent }],
+              [String(g.snapshots), true],
+              ...figureCells(g, cost?.agents?.[i], currency)
+            ])
+            button.addEventListener("click", () => void expand(row, button, g.agent))
+            return row
+          })
+        )
+      ),
+      pager("stats-agents-pager", byAgent.page, byAgent.count, byAgent.pageSize, "agentPage")
+    )
+  } else {
+    table = el(
+      "div",
+      {},
+      dataTable(
+        "stats-table",
+        [["agent"], ["snapshot"], ...figureHeads(currency)],
+        groups.map((g, i) => [
+          [g.agent, false, { "data-agent": g.agent }],
+          [g.snapshotHash.slice(0, 12), false, { class: "mono", title: g.snapshotHash }],
+          ...figureCells(g, cost?.groups?.[i], currency)
+        ])
+      ),
+      pager("stats-pager", data.page, groupCount, data.pageSize, "page")
+    )
+  }
   const costLine = currency
     ? el("p", { id: "stats-cost", "data-cost": totalCost }, el("strong", {}, "cost "), money(totalCost, currency), unpriced > 0 ? el("span", { class: "note" }, `${unpriced} run(s) of a model the price table does not price`) : null)
     : el("p", { class: "muted" }, "Start the viewer with --prices <table.json> to see what these tokens cost.")
   main.replaceChildren(
     el("h1", {}, "Statistics"),
-    el("p", { class: "muted" }, "Finished runs, as `polyloop stats --json` counts them (the same figures: hover a bar for its number)."),
+    el("p", { class: "muted" }, "Finished runs, as `polyloop stats` counts them: per agent, each agent's snapshots (configurations) on asking (the same figures: hover a bar for its number)."),
     filter,
-    groups.length === 0
+    finished === 0
       ? el("p", { class: "muted", id: "stats-empty" }, "No finished runs match.")
       : el(
         "div",
         {},
-        el("div", { class: "panel" }, el("h2", {}, "Stop reasons per agent and snapshot"), stopChart, table, costLine),
+        el(
+          "div",
+          { class: "panel" },
+          el("h2", {}, oneAgent === null ? "Stop reasons per agent" : `Stop reasons per snapshot of ${oneAgent}`),
+          chart.left.bars === 0
+            ? null
+            : el("p", { class: "muted", id: "chart-left" }, `The ${chart.bars.length} ${chart.by === "agent" ? "agents" : "snapshots"} with the most runs; ${chart.left.bars} more (${plural(chart.left.runs, "run")}) are in the table.`),
+          stopChart,
+          table,
+          costLine
+        ),
         el(
           "div",
           { class: "charts" },
-          el("div", { class: "panel" }, el("h2", {}, "Steps per run"), histogramChart("chart-steps", "steps per run", stepsBins, "steps", "#1f5fbf")),
-          el("div", { class: "panel" }, el("h2", {}, "Tokens per run"), histogramChart("chart-tokens", "tokens per run", tokenBins, "tokens", "#0f8a8a")),
-          el("div", { class: "panel" }, el("h2", {}, "Runs over time"), histogramChart("chart-over-time", "runs started per period (UTC)", timeBins, "started (UTC)", "#6e3bbf"))
+          el("div", { class: "panel" }, el("h2", {}, "Steps per run"), histogramChart("chart-steps", "steps per run", histograms.steps, "steps", "#1f5fbf")),
+          el("div", { class: "panel" }, el("h2", {}, "Tokens per run"), histogramChart("chart-tokens", "tokens per run", histograms.tokens, "tokens", "#0f8a8a")),
+          el("div", { class: "panel" }, el("h2", {}, "Runs over time"), histogramChart("chart-over-time", "runs started per period (UTC)", histograms.overTime, "started (UTC)", "#6e3bbf"))
         )
       )
   )
