@@ -142,6 +142,8 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
     const badges = await page.locator("#step-0 .badge.masked").allInnerTexts()
     assert.include(badges, `not sent from step ${first.replacedFrom}`)
     if (first.maskedFrom !== null) assert.include(badges, `masked from step ${first.maskedFrom}`)
+    // Folded on the page (design 0371), shown whole on asking.
+    await page.locator("#step-0 button.unfold").first().click()
     assert.strictEqual((await page.locator("#step-0 pre.observation").innerText()).split("\n").length, 80)
     await at.scrollIntoViewIfNeeded()
     await page.screenshot({ path: path.join(screenshots, "viewer-history.png"), fullPage: false })

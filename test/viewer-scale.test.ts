@@ -6,6 +6,10 @@
  *   agent first (a page of 25 agents, each agent's snapshots collapsed until asked for), every
  *   chart capped at 20 bars, the page a few screens high, not tens of thousands of pixels; and
  *   `polyloop stats` prints the same agents first, in a bounded table;
+ * - a run of 200 steps whose observations are 8 kB each: long texts collapsed (shown whole on
+ *   asking), a step's request as it was sent (a chat of the messages), jump to a step;
+ * - a run of 1,000 steps: a windowed list (a few dozen steps made at a time, any step reached by
+ *   jumping or scrolling), the timeline charts in at most 200 bars.
  */
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
@@ -90,6 +94,8 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
   beforeAll(async () => {
     Chromium.ensure()
     await runtime.runPromise(Many.seedMany({ runs, agents, startAt: Date.UTC(2026, 0, 1) }))
+    await runtime.runPromise(Many.longRun({ runId: "long-200", steps: 200, observationBytes: 8000 }))
+    await runtime.runPromise(Many.longRun({ runId: "long-1000", steps: 1000, observationBytes: 300 }))
     bound = await runtime.runPromise(
       Serve.serve({ port: 0, interval: Duration.millis(200), prices: { currency: "USD", models: { "*": { input: 3, output: 15 } } } }).pipe(Scope.extend(scope))
     )
@@ -137,6 +143,70 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
     await until(async () => (await page.locator("#stats-table tbody tr").count()) === Many.snapshotsOf(6), "agent-06's snapshots")
     const byAgent = await drawn(page, "chart-stop-reasons")
     assert.isAtMost(byAgent.labels.length, 20)
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 180_000)
+
+  it("a run of 200 steps with 8 kB observations: long texts collapsed, the request as sent, jump to a step", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "long-200" })}`)
+    const first = page.locator('[data-step="0"] pre.observation')
+    await first.waitFor({ timeout: 60_000 })
+    const full = Many.pageText(0, 8000)
+    // Collapsed: the first lines, and a button that says how much there is.
+    const shown = await first.innerText()
+    assert.isAtMost(shown.split("\n").length, 12)
+    assert.isTrue(full.startsWith(shown.trimEnd()), "the folded text is the start of the observation")
+    const unfold = page.locator('[data-step="0"] button.unfold').first()
+    assert.match(await unfold.innerText(), /show all \d+ lines \(7\.8 kB\)/)
+    await unfold.click()
+    assert.strictEqual(await first.innerText(), full)
+    // The page is not 200 full observations high.
+    const height = Number(await page.evaluate("document.documentElement.scrollHeight"))
+    assert.isBelow(height, 120_000, `the run's page is ${height} px high`)
+    // Step 3's request as it was sent: the system prompt, the task, then each earlier step's reply and observation.
+    const request = page.locator('[data-step="3"] details.request')
+    await request.locator("summary").click()
+    const messages = request.locator(".message")
+    await messages.first().waitFor()
+    assert.deepStrictEqual(
+      await messages.evaluateAll((nodes) => nodes.map((n) => n.getAttribute("data-role"))),
+      ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
+    )
+    assert.include(await messages.nth(1).innerText(), "Fetch the pages you need, then answer.")
+    assert.include(await messages.nth(3).innerText(), "result 0.0:")
+    // Jump to a step: it is made (the window had not made it) and scrolled into view.
+    await page.locator('#jump input[name="step"]').fill("150")
+    await page.locator("#jump").press("Enter")
+    const target = page.locator("#step-150")
+    await target.waitFor()
+    await until(async () => (await target.boundingBox()) !== null && Math.abs((await target.boundingBox())!.y) < 900, "step 150 in view")
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 180_000)
+
+  it("a run of 1,000 steps: a windowed list, any step reached, the timeline in at most 200 bars", async () => {
+    const page = await open(`/?${new URLSearchParams({ run: "long-1000" })}`)
+    await page.locator('[data-step="0"] pre.observation').waitFor({ timeout: 60_000 })
+    await page.locator("#finished").waitFor()
+    const made = await page.locator("section.step").count()
+    assert.isAtMost(made, 120, `${made} steps made at once`)
+    assert.isAtLeast(made, 1)
+    // Every step has its place (the scroll bar is the whole run's).
+    assert.strictEqual(await page.locator("#steps .step-wrap").count(), 1000)
+    await page.locator('#jump input[name="step"]').fill("999")
+    await page.locator("#jump").press("Enter")
+    await page.locator('[data-step="999"] pre.observation').waitFor()
+    assert.include(await page.locator('[data-step="999"]').innerText(), "submit")
+    assert.isAtMost(await page.locator("section.step").count(), 120)
+    // Scrolling to the top brings step 0 back.
+    await page.evaluate("window.scrollTo(0, 0)")
+    await page.locator('[data-step="0"] pre.observation').waitFor()
+    const timeline = await drawn(page, "chart-timeline")
+    assert.isAtMost(timeline.labels.length, 200)
+    assert.strictEqual(timeline.labels[0], "steps 0–4")
+    const tokens = await drawn(page, "chart-step-tokens")
+    assert.isAtMost(tokens.labels.length, 200)
+    await page.screenshot({ path: path.join(screenshots, "viewer-run-1000.png"), fullPage: false })
     assert.deepStrictEqual(pageErrors, [])
     await page.close()
   }, 180_000)

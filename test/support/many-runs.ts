@@ -71,16 +71,17 @@ const script = (steps: number, ending: "Tool" | "Answer" | "Steps", bytes: numbe
   return fetches
 }
 
-/** Runs one scripted run in a fresh memory store and returns its records. */
-const recordsOf = (options: {
+interface RunOptions {
   readonly agent: string
   readonly variant: string
   readonly steps: number
   readonly ending: "Tool" | "Answer" | "Steps"
   readonly bytes: number
-}) =>
+}
+
+/** Runs one scripted run as `runId` on `store`. */
+const runOn = (store: RunLogStore.RunLogStore.Service, runId: Ids.RunId, options: RunOptions) =>
   Effect.gen(function*() {
-    const store = yield* RunLogStore.makeMemory
     const model = yield* ScriptedModel.make(script(options.steps, options.ending, options.bytes))
     const executor = yield* tools.executor()
     const agent = AgentDefinition.make({
@@ -89,7 +90,6 @@ const recordsOf = (options: {
       budget: { maxSteps: Math.max(maxSteps, options.steps), maxTokens: 1_000_000_000 },
       modelRetry: { ...AgentDefinition.defaultModelRetry, maxAttempts: 1 }
     })
-    const runId = Ids.runId("template")
     yield* Agent.run({ runId, agent, task: "Fetch the pages you need, then answer.", tools }).pipe(
       Effect.provide(Layer.mergeAll(
         model.layer,
@@ -99,6 +99,14 @@ const recordsOf = (options: {
         Layer.succeed(RunLogStore.RunLogStore, store)
       ))
     )
+  })
+
+/** Runs one scripted run in a fresh memory store and returns its records. */
+const recordsOf = (options: RunOptions) =>
+  Effect.gen(function*() {
+    const store = yield* RunLogStore.makeMemory
+    const runId = Ids.runId("template")
+    yield* runOn(store, runId, options)
     return RunLog.records(yield* store.readLog(runId))
   })
 
@@ -142,9 +150,11 @@ export const seedMany = (options: { readonly runs: number; readonly agents: numb
     }
   })
 
-/** One run of `steps` steps whose observations are `observationBytes` long, as `runId`. */
-export const longRun = (options: { readonly runId: string; readonly steps: number; readonly observationBytes: number; readonly startAt: number }) =>
-  Effect.flatMap(
-    recordsOf({ agent: "long-reader", variant: "v0", steps: options.steps, ending: "Tool", bytes: options.observationBytes }),
-    (records) => copy(records, options.runId, options.startAt)
-  )
+/**
+ * One run of `steps` steps whose observations are `observationBytes` long, as `runId`, run by the
+ * loop on the store in context (not copied: `appendRecords` of a few thousand records at once
+ * exceeds SQLite's limit of bound variables — a limit of the SQL store's import, not the viewer's).
+ */
+export const longRun = (options: { readonly runId: string; readonly steps: number; readonly observationBytes: number }) =>
+  Effect.flatMap(RunLogStore.RunLogStore, (store) =>
+    runOn(store, Ids.runId(options.runId), { agent: "long-reader", variant: "v0", steps: options.steps, ending: "Tool", bytes: options.observationBytes }))

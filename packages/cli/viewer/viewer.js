@@ -265,6 +265,34 @@ const row = (name, ...value) => el("div", { class: "row" }, el("div", { class: "
 
 const pre = (text, attrs) => el("pre", attrs ?? {}, text === "" ? el("span", { class: "muted" }, "(empty)") : text)
 
+/** Texts longer than this are shown folded (design 0371): their first `foldLines` lines, and a button. */
+const foldOver = { lines: 20, chars: 2000 }
+const foldLines = 12
+
+/**
+ * A long text folded to its first lines, with "show all N lines (M kB)" (and "fold" back); a short
+ * one as it is. The page's copy is folded, never the log's.
+ */
+const folded = (text, attrs) => {
+  const value = String(text ?? "")
+  const lines = value.split("\n")
+  if (lines.length <= foldOver.lines && value.length <= foldOver.chars) return pre(value, attrs)
+  let head = lines.slice(0, foldLines).join("\n")
+  if (head.length > foldOver.chars) head = head.slice(0, foldOver.chars)
+  const node = pre(head, attrs)
+  const size = `${(new TextEncoder().encode(value).length / 1024).toFixed(1)} kB`
+  const more = `show all ${lines.length} lines (${size})`
+  const button = el("button", { type: "button", class: "unfold", "aria-expanded": "false" }, more)
+  let open = false
+  button.addEventListener("click", () => {
+    open = !open
+    node.textContent = open ? value : head
+    button.textContent = open ? "fold" : more
+    button.setAttribute("aria-expanded", String(open))
+  })
+  return el("div", { class: "folded" }, node, button)
+}
+
 const renderAction = (action) =>
   action._tag === "ToolCall"
     ? el("li", { class: "action" }, el("code", {}, action.name), el("span", { class: "note" }, `call ${action.id}`), pre(json(action.arguments), { class: "arguments" }))
@@ -273,7 +301,7 @@ const renderAction = (action) =>
 const renderDecision = (decision) => {
   switch (decision._tag) {
     case "Finish":
-      return [el("span", { class: "badge decision" }, "Finish"), pre(decision.answer)]
+      return [el("span", { class: "badge decision" }, "Finish"), folded(decision.answer)]
     case "NoAction":
       return [el("span", { class: "badge decision" }, "NoAction"), el("span", { class: "note" }, "the reply took no action; the library fed back its nudge")]
     case "InvalidDecision":
@@ -314,7 +342,7 @@ const renderResult = (result, step, replayPolicyOf, label) => {
       outcome.observationIsSynthetic ? el("span", { class: "badge synthetic", title: "written by the library, not by the executor" }, "synthetic") : null,
       outcome.observationTruncatedChars > 0 ? el("span", { class: "note" }, `${outcome.observationTruncatedChars} characters cut`) : null,
       sentAs,
-      pre(outcome.observation, { class: "observation" })
+      folded(outcome.observation, { class: "observation" })
     )
   ]
   if (outcome.observationIsSynthetic || result.executorObservation !== outcome.observation) {
@@ -322,7 +350,7 @@ const renderResult = (result, step, replayPolicyOf, label) => {
       row(
         "executor",
         el("span", { class: "note" }, "audit only, not in history"),
-        result.executorObservation === "" ? el("div", { class: "muted" }, "(no text: the action did not run)") : pre(result.executorObservation, { class: "executor" })
+        result.executorObservation === "" ? el("div", { class: "muted" }, "(no text: the action did not run)") : folded(result.executorObservation, { class: "executor" })
       )
     )
   }
@@ -338,6 +366,68 @@ const sentText = (sent, step) => {
   if (sent.maskedBefore > sent.replacedBefore) parts.push(`${stepRange(sent.replacedBefore, sent.maskedBefore)} observations masked`)
   if (step > sent.maskedBefore) parts.push(`${stepRange(sent.maskedBefore, step)} verbatim`)
   return parts.length === 0 ? "the task only" : parts.join(" · ")
+}
+
+/**
+ * The messages of step `step`'s request as the model was sent them (design 0300's view: steps
+ * before `replacedBefore` summarised or dropped, observations before `maskedBefore` masked): the
+ * system prompt, the task, then each earlier step's reply and its observations.
+ */
+const requestMessages = (transcript, step) => {
+  const sent = step.history?.sent ?? { replacedBefore: 0, maskedBefore: 0, summarised: false }
+  const messages = [
+    { role: "system", text: String(transcript.snapshot?.agent?.systemPrompt ?? "") },
+    { role: "user", text: transcript.task }
+  ]
+  if (sent.replacedBefore > 0) {
+    const compaction = (transcript.compactions ?? []).filter((c) => c.step <= step.step && c.toStep === sent.replacedBefore).pop()
+    messages.push(
+      sent.summarised && compaction?.summary !== undefined
+        ? { role: "user", text: compaction.summary, note: `summary of steps ${stepRange(0, sent.replacedBefore)}` }
+        : { role: "note", text: `steps ${stepRange(0, sent.replacedBefore)} ${sent.summarised ? "summarised" : "dropped"}` }
+    )
+  }
+  for (const earlier of transcript.steps) {
+    if (earlier.step >= step.step) break
+    if (earlier.step < sent.replacedBefore) continue
+    const reply = earlier.reply?.reply
+    if (!reply) continue
+    const calls = reply.toolCalls.map((call) => `${call.name}(${call.argumentsText})`).join("\n")
+    messages.push({ role: "assistant", text: [reply.text, calls].filter((t) => t !== "").join("\n"), note: `step ${earlier.step}` })
+    for (const result of resultsOf(earlier)) {
+      messages.push(
+        earlier.step < sent.maskedBefore
+          ? { role: "tool", text: "(observation masked)", note: `step ${earlier.step}` }
+          : { role: "tool", text: result.outcome.observation, note: `step ${earlier.step}` }
+      )
+    }
+  }
+  return messages
+}
+
+/** A step's request as a chat, made when opened (a 1,000-step run would otherwise hold a million messages). */
+const requestPanel = (step, context) => {
+  const details = el("details", { class: "request" }, el("summary", {}, "request as sent"))
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.querySelector(".chat")) return
+    const messages = context.requestOf(step)
+    details.append(
+      el(
+        "ol",
+        { class: "chat" },
+        messages.map((m) =>
+          el(
+            "li",
+            { class: `message ${m.role}`, "data-role": m.role },
+            el("span", { class: "role" }, m.role),
+            m.note ? el("span", { class: "note" }, m.note) : null,
+            folded(m.text)
+          )
+        )
+      )
+    )
+  })
+  return details
 }
 
 const renderStep = (step, context) => {
@@ -359,17 +449,18 @@ const renderStep = (step, context) => {
         "compacted",
         el("span", { class: "badge compacted" }, c.summary !== undefined ? "summarised" : "dropped"),
         el("span", { class: "note" }, `steps ${stepRange(0, c.toStep)} before this request (${c.reason}: ${c.requestTokens} tokens counted)`),
-        c.summary !== undefined ? pre(c.summary, { class: "summary" }) : null
+        c.summary !== undefined ? folded(c.summary, { class: "summary" }) : null
       )
     )
   }
   if (step.history) node.append(row("sent", el("span", { class: "sent" }, sentText(step.history.sent, step.step))))
+  if (step.reply && context.requestOf) node.append(requestPanel(step, context))
   if (step.reply) {
     const reply = step.reply.reply
-    node.append(row("reply", pre(reply.text, { class: "reply" })))
+    node.append(row("reply", folded(reply.text, { class: "reply" })))
     if (reply.toolCalls.length > 0) {
       node.append(
-        row("tool calls", el("ul", { class: "actions" }, reply.toolCalls.map((call) => el("li", {}, el("code", {}, call.name), el("span", { class: "note" }, call.id), pre(call.argumentsText)))))
+        row("tool calls", el("ul", { class: "actions" }, reply.toolCalls.map((call) => el("li", {}, el("code", {}, call.name), el("span", { class: "note" }, call.id), folded(call.argumentsText)))))
       )
     }
     if (reply.finishReason) node.append(row("finish reason", el("code", {}, reply.finishReason)))
@@ -629,7 +720,58 @@ const makeRunView = (priceTable) => {
   const forksSlot = el("div", { id: "forks" })
   const timelineSlot = el("div", {})
   let timelineKey = null
-  main.replaceChildren(header, timelineSlot, snapshotSlot, forksSlot, el("h2", {}, "Steps"), steps, footer)
+  // Jump to a step (design 0371): the step is made if the window had not made it, then scrolled to.
+  const jump = el(
+    "form",
+    { id: "jump", class: "jump" },
+    el("label", {}, "jump to step ", el("input", { type: "number", name: "step", min: "0", inputmode: "numeric", "aria-label": "step" })),
+    el("button", { type: "submit" }, "go")
+  )
+  jump.addEventListener("submit", (event) => {
+    event.preventDefault()
+    const wanted = Number(new FormData(jump).get("step"))
+    if (Number.isInteger(wanted)) scrollToStep(wanted)
+  })
+  main.replaceChildren(header, timelineSlot, snapshotSlot, forksSlot, el("div", { class: "steps-head" }, el("h2", {}, "Steps"), jump), steps, footer)
+  /**
+   * The windowed list (design 0371): past `windowOver` steps, a step's section is made only while
+   * its place is near the viewport (an IntersectionObserver with a margin of screens), and taken
+   * down when it is far again; its place keeps the height it had (or an estimate), so the scroll
+   * bar is the whole run's.
+   */
+  const windowOver = 100
+  const estimate = 320
+  const makers = new Map()
+  const filled = new Set()
+  const fill = (wrap) => {
+    if (filled.has(wrap)) return
+    const make = makers.get(wrap)
+    if (!make) return
+    wrap.replaceChildren(...make())
+    wrap.style.minHeight = ""
+    filled.add(wrap)
+  }
+  const empty = (wrap) => {
+    if (!filled.has(wrap)) return
+    wrap.style.minHeight = `${wrap.offsetHeight}px`
+    wrap.replaceChildren()
+    filled.delete(wrap)
+  }
+  const observer = typeof IntersectionObserver === "function"
+    ? new IntersectionObserver((entries) => {
+      for (const entry of entries) entry.isIntersecting ? fill(entry.target) : empty(entry.target)
+    }, { rootMargin: "1500px 0px" })
+    : null
+  let windowed = false
+  const scrollToStep = (index) => {
+    const found = rendered.get(index)
+    if (!found) return showProblem(`no step ${index} in this run`)
+    showProblem(null)
+    fill(found.node)
+    found.node.scrollIntoView({ block: "start" })
+    // The steps above it may be made now and change height: scrolled again once they are.
+    requestAnimationFrame(() => requestAnimationFrame(() => found.node.scrollIntoView({ block: "start" })))
+  }
   let forksShown = null
   const showForks = async (runId) => {
     try {
@@ -690,7 +832,15 @@ const makeRunView = (priceTable) => {
         snapshotSlot.replaceChildren(renderSnapshot(transcript))
       }
       const tools = new Map((transcript.snapshot?.tools ?? []).map((tool) => [tool.name, tool.replayPolicy]))
-      const context = { finished, suspended: transcript.summary.status === "Suspended", approvals: transcript.approvals ?? [], compactions: transcript.compactions ?? [], replayPolicyOf: (name) => tools.get(name) }
+      const context = {
+        finished,
+        suspended: transcript.summary.status === "Suspended",
+        approvals: transcript.approvals ?? [],
+        compactions: transcript.compactions ?? [],
+        replayPolicyOf: (name) => tools.get(name),
+        requestOf: (step) => requestMessages(transcript, step)
+      }
+      windowed = windowed || (observer !== null && transcript.steps.length > windowOver)
       const resumesAt = (index) => transcript.resumes.filter((r) => r.fromStep === index)
       // A conversation (design 0300): each turn's end after its last step, and the next turn's message before its first.
       const turns = transcript.turns ?? []
@@ -699,7 +849,7 @@ const makeRunView = (priceTable) => {
         turns.filter((t) => t.atStep === index).flatMap((t) => [
           el("div", { class: "turn-end", "data-turn": t.turn }, `turn ${t.turn} ended: ${stopReasonLabel(t.stopReason)} after ${t.counters.steps} steps`),
           ...spoken.filter((m) => m.turn === t.turn + 1).map((m) =>
-            el("div", { class: "turn-message", "data-turn": m.turn }, el("span", { class: "badge turn" }, `turn ${m.turn}`), el("span", { class: "note" }, `message ${m.messageId}`), pre(m.text, { class: "user-message" })))
+            el("div", { class: "turn-message", "data-turn": m.turn }, el("span", { class: "badge turn" }, `turn ${m.turn}`), el("span", { class: "note" }, `message ${m.messageId}`), folded(m.text, { class: "user-message" })))
         ])
       const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40
       let previous = null
@@ -708,13 +858,24 @@ const makeRunView = (priceTable) => {
         const known = rendered.get(step.step)
         let node = known?.node
         if (known === undefined || known.key !== key) {
-          const fresh = el(
-            "div",
-            { class: "step-wrap" },
-            step.step > 0 ? turnsAt(step.step) : [],
-            resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
+          const content = () => [
+            ...(step.step > 0 ? turnsAt(step.step) : []),
+            ...resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
             renderStep(step, context)
-          )
+          ]
+          let fresh
+          if (windowed) {
+            fresh = el("div", { class: "step-wrap", "data-step-place": step.step })
+            fresh.style.minHeight = node && filled.has(node) ? `${node.offsetHeight}px` : node?.style.minHeight || `${estimate}px`
+            makers.set(fresh, content)
+            if (node && filled.has(node)) fill(fresh)
+            if (node) {
+              observer.unobserve(node)
+              makers.delete(node)
+              filled.delete(node)
+            }
+            observer.observe(fresh)
+          } else fresh = el("div", { class: "step-wrap", "data-step-place": step.step }, content())
           if (node) node.replaceWith(fresh)
           else if (previous) previous.after(fresh)
           else steps.prepend(fresh)
@@ -858,10 +1019,37 @@ const timelineRows = (transcript) => {
 
 const statusColors = { Executed: "#1a7f37", NotExecuted: "#d9a400", EnvError: "#b42318", NoAction: "#1f5fbf" }
 
+/** The most bars of a timeline chart: longer runs are drawn in buckets of consecutive steps (design 0371). */
+const maxTimelineBars = 200
+
+/** Consecutive rows merged into at most `maxTimelineBars` buckets: their span, summed tokens, worst status, marks. */
+const bucketRows = (rows) => {
+  if (rows.length <= maxTimelineBars) return rows
+  const size = Math.ceil(rows.length / maxTimelineBars)
+  const buckets = []
+  for (let i = 0; i < rows.length; i += size) {
+    const part = rows.slice(i, i + size)
+    const last = part[part.length - 1]
+    buckets.push({
+      step: part[0].step,
+      label: `steps ${part[0].step}–${last.step}`,
+      start: part[0].start,
+      elapsed: last.start + last.elapsed - part[0].start,
+      model: null,
+      input: part.reduce((sum, r) => sum + r.input, 0),
+      output: part.reduce((sum, r) => sum + r.output, 0),
+      status: ["EnvError", "NotExecuted", "Executed", "NoAction"].find((status) => part.some((r) => r.status === status)),
+      marks: [...new Set(part.flatMap((r) => r.marks))]
+    })
+  }
+  return buckets
+}
+
 const renderTimeline = (transcript) => {
-  const rows = timelineRows(transcript)
-  if (rows.length === 0) return el("div", { class: "panel", id: "timeline" }, el("h2", {}, "Timeline"), el("p", { class: "muted" }, "No step has completed yet."))
-  const labels = rows.map((r) => `step ${r.step}${r.marks.length > 0 ? " ↻" : ""}`)
+  const all = timelineRows(transcript)
+  if (all.length === 0) return el("div", { class: "panel", id: "timeline" }, el("h2", {}, "Timeline"), el("p", { class: "muted" }, "No step has completed yet."))
+  const rows = bucketRows(all)
+  const labels = rows.map((r) => `${r.label ?? `step ${r.step}`}${r.marks.length > 0 ? " ↻" : ""}`)
   const statuses = ["Executed", "NotExecuted", "EnvError", "NoAction"].filter((status) => rows.some((r) => r.status === status))
   const timeline = chartBox("chart-timeline", {
     label: "each step as a bar of its duration on the run's step clock",
@@ -910,10 +1098,10 @@ const renderTimeline = (transcript) => {
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "tokens" } } } }
   })
-  const table = dataTable(
+  const table = () => dataTable(
     "timeline-table",
     [["step"], ["starts at", true], ["duration", true], ["model", true], ["tools", true], ["input tokens", true], ["output tokens", true], ["status"], ["marks"]],
-    rows.map((r) => [
+    all.map((r) => [
       [String(r.step), false, { "data-step": r.step }],
       [duration(r.start), true],
       [duration(r.elapsed), true, { "data-elapsed": r.elapsed }],
@@ -925,6 +1113,10 @@ const renderTimeline = (transcript) => {
       [r.marks.join(", "), false, { "data-marks": r.marks.join(",") }]
     ])
   )
+  // The table of every step, made when opened (10,000 rows are not made for a page that never looks).
+  const numbers = el("details", { class: "data" }, el("summary", {}, "the numbers"))
+  if (all.length <= maxTimelineBars) numbers.append(table())
+  else numbers.addEventListener("toggle", () => numbers.open && numbers.querySelector("table") === null && numbers.append(table()))
   return el(
     "div",
     { class: "panel", id: "timeline" },
@@ -935,8 +1127,9 @@ const renderTimeline = (transcript) => {
       "Each completed step as a bar of its duration, coloured by what its actions did; steps where the run was resumed, or whose action was settled again on a resume, are outlined and marked ↻. " +
         "Each bar starts with its model call (grey), then its tools; a step resumed after its reply was logged, or one from a log written before the split was recorded, is one bar."
     ),
+    all.length > rows.length ? el("p", { class: "muted", id: "timeline-buckets" }, `${all.length} steps, drawn as ${rows.length} bars of ${all.length / rows.length > 1 ? Math.ceil(all.length / maxTimelineBars) : 1} consecutive steps each (the numbers have every step).`) : null,
     el("div", { class: "charts" }, el("div", {}, timeline), el("div", {}, tokens)),
-    el("details", { class: "data" }, el("summary", {}, "the numbers"), table)
+    numbers
   )
 }
 
