@@ -9,7 +9,9 @@
  * - a run of 200 steps whose observations are 8 kB each: long texts collapsed (shown whole on
  *   asking), a step's request as it was sent (a chat of the messages), jump to a step;
  * - a run of 1,000 steps: a windowed list (a few dozen steps made at a time, any step reached by
- *   jumping or scrolling), the timeline charts in at most 200 bars.
+ *   jumping or scrolling), the timeline charts in at most 200 bars;
+ * - a fork compared with its parent: the copied steps shown once as shared, the rest aligned from
+ *   the fork point, each step's cost and latency on both sides; a fork not run yet says so.
  */
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
@@ -96,6 +98,7 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
     await runtime.runPromise(Many.seedMany({ runs, agents, startAt: Date.UTC(2026, 0, 1) }))
     await runtime.runPromise(Many.longRun({ runId: "long-200", steps: 200, observationBytes: 8000 }))
     await runtime.runPromise(Many.longRun({ runId: "long-1000", steps: 1000, observationBytes: 300 }))
+    await runtime.runPromise(Many.parentAndForks({ parent: "parent-8", fork: "fork-8", unrun: "fork-unrun" }))
     bound = await runtime.runPromise(
       Serve.serve({ port: 0, interval: Duration.millis(200), prices: { currency: "USD", models: { "*": { input: 3, output: 15 } } } }).pipe(Scope.extend(scope))
     )
@@ -210,6 +213,40 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
     assert.deepStrictEqual(pageErrors, [])
     await page.close()
   }, 180_000)
+
+  it("compares a fork with its parent from the fork point, with each step's cost and latency", async () => {
+    const page = await open(`/?${new URLSearchParams({ compare: "parent-8", with: "fork-8" })}`)
+    await page.locator("#compare-steps").waitFor({ timeout: 60_000 })
+    // The steps the fork copied are one line, not five pairs of the same text.
+    assert.include(await page.locator("#compare-steps .shared-steps").innerText(), "steps 0–4: copied from parent-8 by the fork")
+    assert.deepStrictEqual(
+      await page.locator("#compare-steps .compare-row[data-step]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-step"))),
+      ["5", "6", "7"]
+    )
+    assert.strictEqual(await page.locator("#first-difference").getAttribute("data-step"), "6")
+    // A step only the parent has says why.
+    assert.include(await page.locator('.compare-row[data-step="7"] .side.absent').innerText(), "fork-8 finished at step 6")
+    assert.strictEqual(await page.getByText("(no such step)").count(), 0)
+    // Cost and latency per step, on both sides; and the totals from the fork point.
+    for (const step of ["5", "6"]) {
+      for (const side of [0, 1]) {
+        const cell = page.locator(`.compare-row[data-step="${step}"] .side`).nth(side)
+        assert.isAbove(Number(await cell.locator(".step-cost").getAttribute("data-cost")), 0, `step ${step} side ${side}`)
+        assert.match(await cell.locator(".step-latency").innerText(), /\d+ ms|\d+\.\d s/)
+      }
+    }
+    const totals = await page.locator("#compare-totals").innerText()
+    assert.include(totals, "from the fork point")
+    assert.include(totals, "3 steps")
+    assert.include(totals, "2 steps")
+    // A fork not run yet: said in words.
+    await page.goto(new URL(`/?${new URLSearchParams({ compare: "parent-8", with: "fork-unrun" })}`, bound.baseUrl).href)
+    await page.locator("#compare-steps").waitFor()
+    assert.include(await page.locator("#fork-note").innerText(), "fork-unrun has not run past its fork point (step 5) yet")
+    assert.strictEqual(await page.getByText("(no such step)").count(), 0)
+    assert.deepStrictEqual(pageErrors, [])
+    await page.close()
+  }, 120_000)
 
   it("the statistics API pages the configurations and keeps each page's figures those of `polyloop stats --json`", async () => {
     const auth = { headers: { authorization: `Bearer ${bound.token}` } }

@@ -14,6 +14,7 @@ import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as EventSink from "@polyloop/core/EventSink"
+import * as Fork from "@polyloop/core/Fork"
 import * as Ids from "@polyloop/core/Ids"
 import type * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
@@ -158,3 +159,18 @@ export const seedMany = (options: { readonly runs: number; readonly agents: numb
 export const longRun = (options: { readonly runId: string; readonly steps: number; readonly observationBytes: number }) =>
   Effect.flatMap(RunLogStore.RunLogStore, (store) =>
     runOn(store, Ids.runId(options.runId), { agent: "long-reader", variant: "v0", steps: options.steps, ending: "Tool", bytes: options.observationBytes }))
+
+/**
+ * A parent and its forks (design 0170): `parent` of 8 steps (7 fetches, then a submit); `fork`
+ * forked from it at step 5 and run on, ending with a final answer at step 6 (so it differs from
+ * step 6 on); `unrun` forked at step 5 and not run (its log holds the copied steps only).
+ */
+export const parentAndForks = (ids: { readonly parent: string; readonly fork: string; readonly unrun: string }) =>
+  Effect.gen(function*() {
+    const store = yield* RunLogStore.RunLogStore
+    const common = { agent: "forker", variant: "v0", bytes: 200 } as const
+    yield* runOn(store, Ids.runId(ids.parent), { ...common, steps: 8, ending: "Tool" })
+    yield* Fork.fork({ from: Ids.runId(ids.parent), atStep: 5, runId: Ids.runId(ids.fork) })
+    yield* runOn(store, Ids.runId(ids.fork), { ...common, steps: 7, ending: "Answer" })
+    yield* Fork.fork({ from: Ids.runId(ids.parent), atStep: 5, runId: Ids.runId(ids.unrun) })
+  })

@@ -1389,16 +1389,49 @@ const diffBlock = (name, left, right) =>
     el("div", { class: "diff", "data-diff": name }, lineDiff(left, right).map(([kind, line]) => el("span", { class: kind }, `${kind === "del" ? "− " : kind === "ins" ? "+ " : "  "}${line}`)))
   )
 
-const stepSide = (step) => {
-  if (!step) return el("div", { class: "side muted" }, "(no such step)")
+/** A step's latency and cost (by the price table; none without one), for comparing. */
+const stepMeta = (step, transcript, table) => {
+  const elapsed = step.completion?.elapsed
+  const model = transcript.snapshot?.agent?.modelSettings?.model
+  const amount = table && step.tokens ? costOf(table, model, step.tokens.input, step.tokens.output) : undefined
+  return el(
+    "div",
+    { class: "step-meta" },
+    el("span", { class: "step-latency", "data-elapsed": elapsed ?? "" }, typeof elapsed === "number" ? duration(elapsed) : "not completed"),
+    step.tokens ? el("span", { class: "note" }, `${step.tokens.input + step.tokens.output} tokens`) : null,
+    amount === undefined ? null : el("span", { class: "step-cost note", "data-cost": amount }, money(amount, table.currency))
+  )
+}
+
+/** Why a run has no step `i` (design 0371): it ended before, it has not run past its fork point, or it has not got there yet. */
+const absentReason = (transcript, i, forkPoint) => {
+  const last = transcript.steps.length === 0 ? null : transcript.steps[transcript.steps.length - 1].step
+  if (transcript.finished) return `${transcript.runId} finished at step ${last ?? 0}`
+  if (forkPoint !== null && (last === null || last < forkPoint)) return `${transcript.runId} has not run past its fork point (step ${forkPoint}) yet`
+  return `${transcript.runId} has not reached step ${i} yet`
+}
+
+const stepSide = (step, transcript, table, absent) => {
+  if (!step) return el("div", { class: "side absent muted" }, absent)
   const facts = stepFacts(step)
   return el(
     "div",
     { class: "side" },
-    facts.reply !== null ? pre(facts.reply, { class: "reply" }) : el("span", { class: "muted" }, "(no reply)"),
-    facts.calls ? pre(facts.calls, { class: "calls" }) : null,
-    facts.results ? pre(facts.results, { class: "observation" }) : null
+    stepMeta(step, transcript, table),
+    facts.reply !== null ? folded(facts.reply, { class: "reply" }) : el("span", { class: "muted" }, "(no reply)"),
+    facts.calls ? folded(facts.calls, { class: "calls" }) : null,
+    facts.results ? folded(facts.results, { class: "observation" }) : null
   )
+}
+
+/** A side's totals over the steps from `from`: steps, time, tokens, cost. */
+const sideTotals = (transcript, from, table) => {
+  const steps = transcript.steps.filter((s) => s.step >= from)
+  const elapsed = steps.reduce((sum, s) => sum + (s.completion?.elapsed ?? 0), 0)
+  const input = steps.reduce((sum, s) => sum + (s.tokens?.input ?? 0), 0)
+  const output = steps.reduce((sum, s) => sum + (s.tokens?.output ?? 0), 0)
+  const amount = table ? costOf(table, transcript.snapshot?.agent?.modelSettings?.model, input, output) : undefined
+  return `${plural(steps.length, "step")}, ${duration(elapsed)}, ${input + output} tokens${amount === undefined ? "" : `, ${money(amount, table.currency)}`}`
 }
 
 const comparePage = async (leftId, rightId) => {
@@ -1406,29 +1439,46 @@ const comparePage = async (leftId, rightId) => {
   closeLive()
   let left
   let right
+  let table
   try {
-    ;[left, right] = await Promise.all([leftId, rightId].map((id) => getJson(`/api/runs/${encodeURIComponent(id)}`)))
+    ;[left, right, table] = await Promise.all([getJson(`/api/runs/${encodeURIComponent(leftId)}`), getJson(`/api/runs/${encodeURIComponent(rightId)}`), prices()])
     showProblem(null)
   } catch (error) {
     showProblem(`cannot read the runs: ${error.message}`)
     return
   }
+  // A fork and its parent (design 0371): the fork's steps before its fork point are the parent's, copied.
+  const fork = right.forkedFrom?.runId === left.runId ? right : left.forkedFrom?.runId === right.runId ? left : null
+  const parent = fork === null ? null : fork === right ? left : right
+  const forkPoint = fork === null ? null : fork.forkedFrom.step
+  const from = forkPoint ?? 0
   const count = Math.max(left.steps.length, right.steps.length)
   const byIndex = (transcript, i) => transcript.steps.find((s) => s.step === i)
+  const forkUnrun = fork !== null && !fork.steps.some((s) => s.step >= forkPoint)
   let first = null
   const rows = []
-  for (let i = 0; i < count; i++) {
+  if (from > 0) {
+    rows.push(
+      el(
+        "div",
+        { class: "compare-row shared-steps" },
+        el("div", { class: "index" }, from === 1 ? "step 0" : `steps 0–${from - 1}`),
+        el("div", { class: "shared" }, `${from === 1 ? "step 0" : `steps 0–${from - 1}`}: copied from `, el("a", { href: runHref(parent.runId) }, parent.runId), ` by the fork (the same records, not run again)`)
+      )
+    )
+  }
+  for (let i = from; i < count; i++) {
     const a = byIndex(left, i)
     const b = byIndex(right, i)
     const same = sameFacts(stepFacts(a), stepFacts(b))
-    if (!same && first === null) first = i
+    if (!same && first === null && !forkUnrun) first = i
     rows.push(
       el(
         "div",
         { class: `compare-row ${same ? "same" : first === i ? "differs first-difference" : "differs"}`, "data-step": i, "data-same": same ? "yes" : "no" },
         el("div", { class: "index" }, `step ${i}`),
-        stepSide(a),
-        stepSide(b)
+        stepSide(a, left, table, absentReason(left, i, left === fork ? forkPoint : null)),
+        stepSide(b, right, table, absentReason(right, i, right === fork ? forkPoint : null))
       )
     )
   }
@@ -1437,7 +1487,8 @@ const comparePage = async (leftId, rightId) => {
     : `different configurations: ${left.snapshotHash.slice(0, 12)} and ${right.snapshotHash.slice(0, 12)}` +
       (right.forkedFrom && right.forkedFrom.runId === left.runId ? ` (${right.forkedFrom.differences.map((d) => d.path).join(", ")})` : "")
   let difference
-  if (first === null) difference = el("p", { id: "no-difference" }, `The runs agree on all ${count} steps.`)
+  if (forkUnrun) difference = el("p", { id: "fork-note" }, `${fork.runId} has not run past its fork point (step ${forkPoint}) yet: it holds the ${plural(forkPoint, "step")} it copied from ${parent.runId}. Run it (Agent.run with its id) to see where it goes.`)
+  else if (first === null) difference = el("p", { id: "no-difference" }, `The runs agree on all ${count} steps.`)
   else {
     const a = stepFacts(byIndex(left, first))
     const b = stepFacts(byIndex(right, first))
@@ -1447,7 +1498,7 @@ const comparePage = async (leftId, rightId) => {
         : a.requestHash !== null && b.requestHash !== null
         ? `the model saw different requests (${a.requestHash.slice(0, 16)}… and ${b.requestHash.slice(0, 16)}…): the steps before are the same, so the difference is in the configuration (${snapshotNote})`
         : "no request fingerprint recorded for this step"
-      : `only ${a ? leftId : rightId} has this step`
+      : absentReason(a ? right : left, first, (a ? right : left) === fork ? forkPoint : null)
     difference = el(
       "div",
       { class: "panel diff-panel", id: "first-difference", "data-step": first },
@@ -1468,7 +1519,15 @@ const comparePage = async (leftId, rightId) => {
         { class: "facts" },
         el("dt", {}, "left (−)"), el("dd", {}, el("a", { href: runHref(leftId), id: "compare-left" }, leftId), ` · ${left.steps.length} steps · ${stopReasonLabel(left.finished?.stopReason) ?? "not finished"}`),
         el("dt", {}, "right (+)"), el("dd", {}, el("a", { href: runHref(rightId), id: "compare-right" }, rightId), ` · ${right.steps.length} steps · ${stopReasonLabel(right.finished?.stopReason) ?? "not finished"}`),
-        el("dt", {}, "configuration"), el("dd", {}, snapshotNote)
+        el("dt", {}, "configuration"), el("dd", {}, snapshotNote),
+        fork === null ? null : [el("dt", {}, "fork"), el("dd", {}, `${fork.runId} is a fork of ${parent.runId} at step ${forkPoint}`)],
+        el("dt", {}, fork === null ? "totals" : "from the fork point"),
+        el(
+          "dd",
+          { id: "compare-totals" },
+          fork === null ? "all steps: " : `from the fork point (step ${forkPoint}): `,
+          `${leftId} ${sideTotals(left, from, table)} · ${rightId} ${sideTotals(right, from, table)}`
+        )
       )
     ),
     difference,
