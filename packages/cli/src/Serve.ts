@@ -4,7 +4,7 @@
  * filters and pages; one run's transcript, updated live while the run is written by any
  * process) and the JSON API the page uses:
  *
- * - `GET /api/runs?status=&agent=&stopReason=&page=&pageSize=` — runs, newest first, filtered
+ * - `GET /api/runs?status=&agent=&stopReason=&from=&to=&model=&page=&pageSize=` — runs, newest first, filtered
  *   and paged, with the values each filter can take;
  * - `GET /api/runs/<id>` — one run's transcript (`Transcript.toJson`: the document
  *   `polyloop show --json` prints), with the recorded snapshot and its hash, budgets against
@@ -12,6 +12,8 @@
  * - `GET /api/runs/<id>/live` and `GET /api/live` — Server-Sent Events fed by polling the store
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
+ * - `GET /api/runs/<id>/export?format=jsonl|json|openai-chat|atif` — the run as `polyloop export`
+ *   writes it, as an attachment;
  * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
  *   (`groups`), with the plots' histograms and the costs by the price table;
  * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
@@ -55,6 +57,7 @@ import * as Approval from "@polyloop/core/Approval"
 import { RunId } from "@polyloop/core/Ids"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Trajectory from "@polyloop/core/Trajectory"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -243,7 +246,7 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/api\/prices$/, "GET"],
   [/^\/api\/search$/, "GET"],
   [/^\/api\/runs\/[^/]+$/, "GET"],
-  [/^\/api\/runs\/[^/]+\/(?:live|forks)$/, "GET"],
+  [/^\/api\/runs\/[^/]+\/(?:live|forks|export)$/, "GET"],
   [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
 ]
 
@@ -259,6 +262,11 @@ const isPublic = (pathname: string): boolean =>
 
 /** Paths of live streams, which take the session as `?session=` (an `EventSource` sets no headers). */
 const isLiveStream = (pathname: string): boolean => pathname === "/api/live" || /^\/api\/runs\/[^/]+\/live$/.test(pathname)
+
+/** The search parameters of `GET /api/runs/<id>/export`: what `polyloop export --format` writes (default jsonl). */
+const ExportQuery = Schema.Struct({
+  format: Schema.optionalWith(Schema.Literal("jsonl", "json", "openai-chat", "atif"), { default: () => "jsonl" as const })
+})
 
 /** The body of `POST /api/session`: the printed URL's one-time code, or the token pasted on the page. */
 const LoginBody = Schema.Union(
@@ -421,6 +429,22 @@ export const app = (
           const runId = yield* runIdParam
           yield* requestSlot
           return sseResponse(hub.run(runId))
+        }))
+      ),
+      HttpRouter.get(
+        "/api/runs/:runId/export",
+        respondToFailure(Effect.gen(function*() {
+          const runId = yield* runIdParam
+          const { format } = yield* HttpServerRequest.schemaSearchParams(ExportQuery)
+          const store = yield* RunLogStore.RunLogStore
+          const log = yield* store.readLog(runId, { verify: true })
+          if (Option.isNone(log.started)) return apiError(404, "RunNotFound", `no run with id ${JSON.stringify(runId)} in the store`)
+          const text = yield* Trajectory.render(log, format)
+          const file = `${runId.replace(/[^A-Za-z0-9._-]/g, "_")}.${format === "jsonl" ? "jsonl" : "json"}`
+          return HttpServerResponse.text(text, {
+            contentType: format === "jsonl" ? "application/x-ndjson; charset=utf-8" : "application/json; charset=utf-8",
+            headers: { "content-disposition": `attachment; filename="${file}"` }
+          })
         }))
       ),
       HttpRouter.get(

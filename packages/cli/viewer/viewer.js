@@ -141,12 +141,15 @@ const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amoun
 const listParams = () => {
   const params = new URLSearchParams(location.search)
   const keep = new URLSearchParams()
-  for (const name of ["status", "agent", "stopReason", "page"]) {
+  for (const name of ["status", "agent", "stopReason", "from", "to", "model", "page"]) {
     const value = params.get(name)
     if (value) keep.set(name, value)
   }
   return keep
 }
+
+/** A date filter (a day, UTC). */
+const dateInput = (name, label, current) => el("label", {}, label, el("input", { type: "date", name, "data-filter": name, value: current ?? "" }))
 
 const select = (name, label, current, options) =>
   el(
@@ -168,6 +171,9 @@ const renderList = (data, params) => {
     select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s === "Suspended" ? "suspended (waiting for a decision)" : s === "AwaitingMessage" ? "awaiting message (a conversation)" : s.toLowerCase()])),
     select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
     select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
+    (data.filters.models ?? []).length > 0 ? select("model", "Model", params.get("model") ?? "", data.filters.models.map((m) => [m, m === "-" ? "(none named)" : m])) : null,
+    dateInput("from", "Started from", params.get("from")),
+    dateInput("to", "to (UTC)", params.get("to")),
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
     el("span", { class: "muted", id: "totals", "data-tokens": String(data.totals.tokens), "data-cost": data.totals.cost ? String(data.totals.cost.amount) : undefined }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
   )
@@ -328,7 +334,6 @@ const renderResult = (result, step, replayPolicyOf, label) => {
         : `settled on resume: run again (replay policy ${policy ?? "Always"})`
     )
   }
-  if (result.handlerFailed) notes.push("the handler failed")
   if (outcome.envReportedCompletion) notes.push("the environment reported completion")
   const history = step.history
   const sentAs = []
@@ -336,7 +341,13 @@ const renderResult = (result, step, replayPolicyOf, label) => {
   if (history && history.replacedFrom !== null) sentAs.push(el("span", { class: "badge masked", title: "the log keeps it in full" }, `not sent from step ${history.replacedFrom}`))
   const parts = [
     row(label, el("ul", { class: "actions" }, renderAction(result.action))),
-    row("status", el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status), notes.map((n) => el("span", { class: "note" }, n))),
+    row(
+      "status",
+      result.handlerFailed && outcome.status === "Executed"
+        ? el("span", { class: "badge EnvError failed", "data-status": outcome.status, title: "the tool ran and failed; its error was fed back to the model as the observation" }, "tool failed")
+        : el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status),
+      notes.map((n) => el("span", { class: "note" }, n))
+    ),
     row(
       "observation",
       outcome.observationIsSynthetic ? el("span", { class: "badge synthetic", title: "written by the library, not by the executor" }, "synthetic") : null,
@@ -498,7 +509,9 @@ const renderStep = (step, context) => {
     return node
   }
   const decision = step.completion.decision
-  if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
+  if (decision._tag === "Finish" && step.reply && decision.answer === step.reply.reply.text) {
+    node.append(row("decision", el("span", { class: "badge decision" }, "Finish"), el("span", { class: "note decision-note" }, "the reply above is the answer")))
+  } else if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
   // A reply may call several tools (one result each, in call order): each is labelled "action i of n".
   const called = decision._tag === "Act" ? Math.max(actionsOf(decision).length, results.length) : results.length
   if (results.length > 0) {
@@ -508,20 +521,44 @@ const renderStep = (step, context) => {
   return node
 }
 
-const budgetBar = (name, used, limit, format) => {
+const budgetBar = (name, used, limit, format, of = "") => {
   const ratio = typeof limit === "number" && limit > 0 ? Math.min(1, used / limit) : 0
   return el(
     "div",
     { class: "budget", "data-budget": name },
-    el("div", { class: "label" }, el("span", {}, name), el("span", { class: "mono" }, typeof limit === "number" ? `${format(used)} / ${format(limit)}` : `${format(used)} (no limit)`)),
+    el("div", { class: "label" }, el("span", {}, `${name}${of}`), el("span", { class: "mono" }, typeof limit === "number" ? `${format(used)} / ${format(limit)}` : `${format(used)} (no limit)`)),
     el("div", { class: `bar${ratio >= 1 ? " full" : ""}` }, el("span", { style: undefined }))
   )
+}
+
+/**
+ * What the budget bars measure: a run's use; a conversation's budget is per turn (design 0300),
+ * so its bars show the turn under way (or the last one, when it awaits a message), with `turn`
+ * its number; the whole conversation's use is said apart.
+ */
+const budgetUse = (transcript) => {
+  const turns = transcript.turns ?? []
+  const used = transcript.used
+  if (turns.length === 0) return { ...used, turn: null }
+  const awaiting = transcript.summary.status === "AwaitingMessage" || transcript.finished !== null
+  if (awaiting) {
+    const last = turns[turns.length - 1].counters
+    return { steps: last.steps, effectiveSteps: last.effectiveSteps, tokens: last.usage.inputTokens + last.usage.outputTokens, elapsed: last.elapsed, turn: turns[turns.length - 1].turn }
+  }
+  const sum = (f) => turns.reduce((total, t) => total + f(t.counters), 0)
+  return {
+    steps: used.steps - sum((c) => c.steps),
+    effectiveSteps: used.effectiveSteps - sum((c) => c.effectiveSteps),
+    tokens: used.tokens - sum((c) => c.usage.inputTokens + c.usage.outputTokens),
+    elapsed: used.elapsed - sum((c) => c.elapsed),
+    turn: turns.length
+  }
 }
 
 /** Sets the bars' widths (through the CSSOM: the policy allows no inline style attribute). */
 const sizeBars = (container, transcript) => {
   const budget = transcript.budget ?? {}
-  const used = transcript.used
+  const used = budgetUse(transcript)
   const pairs = { steps: [used.steps, budget.maxSteps], "effective steps": [used.effectiveSteps, budget.maxEffectiveSteps], tokens: [used.tokens, budget.maxTokens], time: [used.elapsed, budget.maxDuration] }
   for (const node of container.querySelectorAll("[data-budget]")) {
     const [value, limit] = pairs[node.getAttribute("data-budget")] ?? [0, undefined]
@@ -631,6 +668,39 @@ const renderWaiting = (transcript) => {
   )
 }
 
+/** The file names of the export formats. */
+const exportFormats = [["jsonl", "JSONL records"], ["openai-chat", "openai-chat"], ["atif", "ATIF"]]
+
+/**
+ * A run's export links (what `polyloop export --format` writes). Fetched with the session (a plain
+ * link would carry no credential: design 0370), then saved from a blob.
+ */
+const exportLinks = (runId) =>
+  el(
+    "span",
+    { id: "exports" },
+    exportFormats.map(([format, label]) => {
+      const link = el("a", { href: `/api/runs/${encodeURIComponent(runId)}/export?format=${format}`, "data-format": format, class: "export" }, label)
+      link.addEventListener("click", async (event) => {
+        event.preventDefault()
+        try {
+          const response = await fetch(link.getAttribute("href"), { headers: Session.headers() })
+          if (!response.ok) throw new Error(`${response.status} ${response.statusText}`)
+          const name = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") ?? "")?.[1] ?? `${runId}.${format}`
+          const url = URL.createObjectURL(await response.blob())
+          const save = el("a", { href: url, download: name })
+          document.body.append(save)
+          save.click()
+          save.remove()
+          setTimeout(() => URL.revokeObjectURL(url), 10000)
+        } catch (error) {
+          showProblem(`cannot export the run: ${error.message}`)
+        }
+      })
+      return [link, " "]
+    })
+  )
+
 const renderHeader = (transcript, live, table) => {
   const summary = transcript.summary
   const reason = summary.stopReason
@@ -683,27 +753,36 @@ const renderHeader = (transcript, live, table) => {
     route()
   })
   facts.push(["compare with", compareForm])
+  facts.push(["export", exportLinks(transcript.runId)])
   if (transcript.resumes.length > 0) facts.push(["resumes", el("span", {}, `${transcript.resumes.length}× (at step ${transcript.resumes.map((r) => r.fromStep).join(", ")})`)])
   if (reason) facts.push(["stop reason", el("span", { class: `badge ${stopReasonClass(reason)}`, id: "stop-reason" }, stopReasonLabel(reason))])
   if (reason && reason._tag === "Completed" && typeof reason.answer === "string") facts.push(["answer", pre(reason.answer)])
   if (reason && reason._tag === "EnvError") facts.push(["env error", pre(reason.message)])
   if (transcript.finished) facts.push(["finished", el("span", { class: "mono" }, `${time(transcript.finished.finishedAt)}${transcript.finished.eventDeliveryFailures > 0 ? ` · ${transcript.finished.eventDeliveryFailures} event deliveries failed` : ""}`)])
   const budget = transcript.budget ?? {}
-  const used = transcript.used
+  const used = budgetUse(transcript)
+  const of = used.turn === null ? "" : ` (turn ${used.turn})`
   const budgets = el(
     "div",
     { class: "budgets", id: "budgets" },
-    budgetBar("steps", used.steps, budget.maxSteps, String),
-    budgetBar("effective steps", used.effectiveSteps, budget.maxEffectiveSteps, String),
-    budgetBar("tokens", used.tokens, budget.maxTokens, String),
-    budgetBar("time", used.elapsed, budget.maxDuration, duration)
+    budgetBar("steps", used.steps, budget.maxSteps, String, of),
+    budgetBar("effective steps", used.effectiveSteps, budget.maxEffectiveSteps, String, of),
+    budgetBar("tokens", used.tokens, budget.maxTokens, String, of),
+    budgetBar("time", used.elapsed, budget.maxDuration, duration, of)
   )
+  const total = used.turn === null
+    ? null
+    : el(
+      "p",
+      { class: "muted", id: "budgets-total" },
+      `The budget is per turn; all ${(transcript.turns ?? []).length} turns: ${transcript.used.steps} steps, ${transcript.used.tokens} tokens, ${duration(transcript.used.elapsed)}.`
+    )
   return el(
     "div",
     { id: "run-header" },
     el("h1", {}, "run ", el("span", { class: "mono", id: "run-id" }, transcript.runId)),
     (transcript.waiting ?? []).length > 0 ? renderWaiting(transcript) : null,
-    el("div", { class: "panel" }, el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])), el("h2", {}, "Budget used"), budgets),
+    el("div", { class: "panel" }, el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])), el("h2", {}, "Budget used"), budgets, total),
     el("div", { class: "panel" }, el("h2", {}, "Task"), pre(transcript.task, { class: "task" }))
   )
 }
@@ -1353,7 +1432,7 @@ const stepFacts = (step) => {
     requestHash: step.reply?.requestHash ?? null,
     reply: reply ? reply.text : null,
     calls: reply ? reply.toolCalls.map((c) => `${c.name} ${c.argumentsText}`).join("\n") : null,
-    results: resultsOf(step).map((r) => `${r.outcome.status}: ${r.outcome.observation}`).join("\n"),
+    results: resultsOf(step).map((r) => `${r.handlerFailed && r.outcome.status === "Executed" ? "tool failed" : r.outcome.status}: ${r.outcome.observation}`).join("\n"),
     decision: step.completion?.decision?._tag ?? null
   }
 }
