@@ -175,8 +175,8 @@ describe.sequential("polyloop serve in a real browser", () => {
       assert.strictEqual(await refused.locator("#runs").count(), 0)
       // The printed URL was used already: it logs in once.
       await refused.goto(tokenUrl)
+      await refused.locator("#problem", { hasText: "used already" }).waitFor()
       await refused.locator("#login").waitFor()
-      assert.include(await refused.locator("#problem").innerText(), "used already")
       await refused.locator('#login input[name="token"]').fill("0".repeat(64))
       await refused.locator("#login button").click()
       await refused.getByText("not this start's token").waitFor()

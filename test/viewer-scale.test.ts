@@ -67,8 +67,15 @@ const until = async (check: () => Promise<boolean>, what: string): Promise<void>
   throw new Error(`never: ${what}`)
 }
 
+/**
+ * Besides `seedMany`'s: the long runs (agent long-reader, two configurations: their step budgets
+ * differ) and the parent and forks (agent forker, one configuration; the fork not run is
+ * unfinished) — 4 more finished runs of 2 more agents in 3 more configurations.
+ */
+const extra = { runs: 4, agents: 2, configurations: 3 }
+
 /** The number of configurations (agent and snapshot) `seedMany` made. */
-const configurations = (() => {
+const seededConfigurations = (() => {
   const seen = new Set<string>()
   for (let i = 0; i < runs; i++) {
     const a = i % agents
@@ -76,6 +83,7 @@ const configurations = (() => {
   }
   return seen.size
 })()
+const configurations = seededConfigurations + extra.configurations
 
 describe.sequential("the viewer at the size of real stores (issue 45)", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-scale-"))
@@ -117,13 +125,13 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
   it("statistics of 1,200 runs of 50 agents: by agent first, snapshots collapsed, charts capped, tables paged", async () => {
     const page = await open("/?view=stats")
     await page.locator("#stats-agents tbody tr").first().waitFor({ timeout: 60_000 })
-    assert.include(await page.locator("#stats-count").innerText(), `${runs} finished runs of ${agents} agents in ${configurations} configurations`)
+    assert.include(await page.locator("#stats-count").innerText(), `${runs + extra.runs} finished runs of ${agents + extra.agents} agents in ${configurations} configurations`)
     // The chart: at most 20 bars; the agents left out are counted under it (and are in the table).
     const chart = await drawn(page, "chart-stop-reasons")
     assert.strictEqual(chart.labels.length, 20)
     const counted = chart.datasets.reduce((sum, d) => sum + d.data.reduce<number>((a, b) => a + (b ?? 0), 0), 0)
     assert.strictEqual(counted, 20 * (runs / agents))
-    assert.include(await page.locator("#chart-left").innerText(), `${agents - 20} more (${runs - 20 * (runs / agents)} runs)`)
+    assert.include(await page.locator("#chart-left").innerText(), `${agents + extra.agents - 20} more (${runs + extra.runs - 20 * (runs / agents)} runs)`)
     // The agents' table: a page of 25, then the next.
     const rows = page.locator("#stats-agents tbody tr.agent-row")
     assert.strictEqual(await rows.count(), 25)
@@ -259,7 +267,7 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
     const first = await get("")
     assert.strictEqual(first.groupCount, configurations)
     assert.strictEqual(first.groups.length, 50)
-    assert.strictEqual(first.byAgent.count, agents)
+    assert.strictEqual(first.byAgent.count, agents + extra.agents)
     const all = JSON.parse(spawnSync(process.execPath, [launcher, "stats", "--json", "--db", db], { cwd: repoRoot, encoding: "utf8", maxBuffer: 1 << 26 }).stdout) as ReadonlyArray<{ readonly agent: string; readonly snapshotHash: string; readonly runs: number }>
     assert.strictEqual(all.length, configurations)
     const third = await get("page=3")
@@ -275,6 +283,9 @@ describe.sequential("the viewer at the size of real stores (issue 45)", () => {
     assert.strictEqual(stats.status, 0, stats.stderr)
     const lines = stats.stdout.trimEnd().split("\n")
     assert.isAtMost(lines.length, 60, stats.stdout.slice(0, 2000))
+    // 52 agents: the header, the first 50 (--limit's default), and a line counting the rest.
+    assert.strictEqual(lines.length, 1 + 50 + 1)
+    assert.match(lines[lines.length - 1]!, new RegExp(`^… ${agents + extra.agents - 50} more agents`))
     assert.match(lines[0]!, /^AGENT\s+SNAPSHOTS\s+RUNS/)
     assert.match(lines[1]!, new RegExp(`^${Many.agentName(0)}\\s+${Many.snapshotsOf(0)}\\s+${runs / agents}\\s`))
     assert.strictEqual(lines.filter((l) => /^agent-\d\d\s/.test(l)).length, agents)

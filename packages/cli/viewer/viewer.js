@@ -1600,7 +1600,7 @@ const comparePage = async (leftId, rightId) => {
         el("dt", {}, "right (+)"), el("dd", {}, el("a", { href: runHref(rightId), id: "compare-right" }, rightId), ` · ${right.steps.length} steps · ${stopReasonLabel(right.finished?.stopReason) ?? "not finished"}`),
         el("dt", {}, "configuration"), el("dd", {}, snapshotNote),
         fork === null ? null : [el("dt", {}, "fork"), el("dd", {}, `${fork.runId} is a fork of ${parent.runId} at step ${forkPoint}`)],
-        el("dt", {}, fork === null ? "totals" : "from the fork point"),
+        el("dt", {}, "totals"),
         el(
           "dd",
           { id: "compare-totals" },
