@@ -12,8 +12,9 @@
  * - a suspended run shows its waiting call, and Reject (with its reason) is recorded;
  * - a fork links to its parent, the parent to its forks;
  * - the command stops on Ctrl-C while pages hold live streams open;
- * - the printed URL's token becomes an `HttpOnly`, `SameSite=Strict` cookie and leaves the
- *   address bar; a browser without it is refused (design 0340).
+ * - the printed URL's one-time login code leaves the address bar and becomes a session kept in
+ *   the origin's storage (no cookie); a browser without it is asked to log in, and can paste the
+ *   token (designs 0340, 0370).
  *
  * Screenshots of the list and of a transcript are written to a temporary folder (printed), or to
  * `POLYLOOP_SCREENSHOTS_DIR` when set (how `docs/screenshots/` is refreshed).
@@ -100,7 +101,7 @@ describe.sequential("polyloop serve in a real browser", () => {
   const db = path.join(dir, "runs.db")
   let serve: Child | undefined
   let url = ""
-  /** The URL the command printed (with the start's token). */
+  /** The URL the command printed (with the start's one-time login code). */
   let tokenUrl = ""
   let token = ""
   let browser: Chromium.Browser | undefined
@@ -135,13 +136,12 @@ describe.sequential("polyloop serve in a real browser", () => {
     serve = start([launcher, "serve", "--db", db, "--port", "0", "--interval", "200"])
     const [, printed] = await serve.waitFor(/polyloop viewer on (http:\/\/\S+) /)
     tokenUrl = printed!
+    token = (await serve.waitFor(/token for scripts and other browsers: ([0-9a-f]+) /))[1]!
     const parsed = new URL(tokenUrl)
-    token = parsed.searchParams.get("token") ?? ""
     url = `${parsed.origin}/`
     browser = await Chromium.launch({ width: 1280, height: 900 })
-    // The person opens the printed URL once: the server keeps the token in a cookie.
-    const first = await browser.context.newPage()
-    await first.goto(tokenUrl)
+    // The person opens the printed URL once: the page keeps a session of its origin.
+    const first = await Chromium.login(browser.context, tokenUrl)
     await first.close()
     process.stdout.write(`viewer screenshots: ${screenshots}\n`)
   }, 240_000)
@@ -152,29 +152,38 @@ describe.sequential("polyloop serve in a real browser", () => {
     fs.rmSync(dir, { recursive: true, force: true })
   })
 
-  it("serves on 127.0.0.1 unless told otherwise, and prints a URL with the start's token", () => {
+  it("serves on 127.0.0.1 unless told otherwise, and prints a URL with a one-time login code and the token for scripts", () => {
     assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/$/)
+    assert.match(tokenUrl, /^http:\/\/127\.0\.0\.1:\d+\/#login=[0-9a-f]{64}$/)
     assert.match(token, /^[0-9a-f]{64}$/)
+    assert.notInclude(tokenUrl, token)
   })
 
-  it("keeps the token in an HttpOnly, SameSite=Strict cookie and takes it out of the address bar; without it the page is refused", async () => {
-    const cookies = await browser!.context.cookies(url)
-    const cookie = cookies.find((c) => c.name.startsWith("polyloop-"))
-    assert.isDefined(cookie)
-    assert.deepStrictEqual([cookie!.value, cookie!.httpOnly, cookie!.sameSite], [token, true, "Strict"])
-    const page = await open(`/?${new URLSearchParams({ token, agent: "researcher" })}`)
-    assert.strictEqual(new URL(page.url()).search, "?agent=researcher", "the token left the address bar, the rest stayed")
+  it("keeps a session of its origin (no cookie) and no token in the address bar; a browser without it is asked to log in, and can paste the token", async () => {
+    assert.deepStrictEqual(await browser!.context.cookies(url), [], "no cookie")
+    // A stray ?token= (an old habit) leaves the address bar and is not used; the rest stays.
+    const page = await open(`/?${new URLSearchParams({ token: "0".repeat(64), agent: "researcher" })}`)
     await page.locator("#runs").waitFor()
-    assert.strictEqual(await page.evaluate("document.cookie"), "", "scripts cannot read the token")
+    assert.strictEqual(new URL(page.url()).search, "?agent=researcher", "the token left the address bar, the rest stayed")
     await page.close()
     const stranger = await Chromium.launch()
     try {
       const refused = await stranger.context.newPage()
-      const response = await refused.goto(url)
-      assert.strictEqual(response?.status(), 401)
-      assert.include(await refused.locator("body").innerText(), "Open the URL")
-      const wrong = await refused.goto(`${url}?token=${"0".repeat(64)}`)
-      assert.strictEqual(wrong?.status(), 401)
+      await refused.goto(url)
+      await refused.locator("#login").waitFor()
+      assert.include(await refused.locator("#login").innerText(), "Open the URL")
+      assert.strictEqual(await refused.locator("#runs").count(), 0)
+      // The printed URL was used already: it logs in once.
+      await refused.goto(tokenUrl)
+      await refused.locator("#problem", { hasText: "used already" }).waitFor()
+      await refused.locator("#login").waitFor()
+      await refused.locator('#login input[name="token"]').fill("0".repeat(64))
+      await refused.locator("#login button").click()
+      await refused.getByText("not this start's token").waitFor()
+      await refused.locator('#login input[name="token"]').fill(token)
+      await refused.locator("#login button").click()
+      await refused.locator("#runs tbody tr").first().waitFor()
+      assert.notInclude(refused.url(), token)
     } finally {
       await stranger.close()
     }

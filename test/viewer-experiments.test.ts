@@ -59,8 +59,7 @@ describe.sequential("the experiments page in a real browser", () => {
     })
     origin = new URL(printed).origin
     browser = await Chromium.launch({ width: 1280, height: 1000 })
-    const first = await browser.context.newPage()
-    await first.goto(printed)
+    const first = await Chromium.login(browser.context, printed)
     await first.close()
   }, 240_000)
 
@@ -106,8 +105,10 @@ describe.sequential("the experiments page in a real browser", () => {
 
   it("the JSON API: the list, one experiment (results and grid), an unknown one is a 404", async () => {
     const page = await open("/experiments")
+    // As the page asks: with the session it keeps in its origin's storage (design 0370).
     const fetchJson = (url: string) => page.evaluate(async (u) => {
-      const response = await fetch(u)
+      const storage = (globalThis as unknown as { readonly localStorage: { getItem: (key: string) => string | null } }).localStorage
+      const response = await fetch(u, { headers: { "x-polyloop-session": storage.getItem("polyloop-session") ?? "" } })
       return { status: response.status, body: await response.json() as unknown }
     }, url)
     assert.deepStrictEqual((await fetchJson("/api/experiments")).body, { experiments: ["multiplication"] })

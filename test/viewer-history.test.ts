@@ -54,6 +54,7 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
   const db = path.join(dir, "runs.db")
   let serve: ChildProcess | undefined
   let printed = ""
+  let token = ""
   let browser: Chromium.Browser | undefined
 
   beforeAll(async () => {
@@ -90,16 +91,20 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
     )
     const child = spawn(process.execPath, [launcher, "serve", "--db", db, "--port", "0"], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
     serve = child
-    printed = await new Promise<string>((resolve, reject) => {
+    const found = await new Promise<readonly [string, string]>((resolve, reject) => {
       let stdout = ""
       child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
         stdout += chunk
-        const match = /polyloop viewer on (http:\/\/\S+) /.exec(stdout)
-        if (match !== null) resolve(match[1]!)
+        const match = /polyloop viewer on (http:\/\/\S+) [\s\S]*token for scripts and other browsers: ([0-9a-f]+) /.exec(stdout)
+        if (match !== null) resolve([match[1]!, match[2]!])
       })
       child.on("close", (code) => reject(new Error(`serve exited (${code}):\n${stdout}`)))
     })
+    printed = found[0]
+    token = found[1]
     browser = await Chromium.launch({ width: 1280, height: 1400 })
+    // The printed URL logs this browser in once (design 0370).
+    await (await Chromium.login(browser.context, printed)).close()
   }, 240_000)
 
   afterAll(async () => {
@@ -112,9 +117,7 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
     const page = await browser!.context.newPage()
     const errors: Array<string> = []
     page.on("pageerror", (error) => errors.push(error.message))
-    await page.goto(printed)
     const parsed = new URL(printed)
-    const token = parsed.searchParams.get("token")!
     await page.goto(new URL(`/?${new URLSearchParams({ run: "history-run" })}`, parsed.origin).href)
     await page.locator("section.step").first().waitFor()
     const transcript = (await (await fetch(new URL("/api/runs/history-run", parsed.origin), { headers: { authorization: `Bearer ${token}` } })).json()) as {
@@ -139,6 +142,8 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
     const badges = await page.locator("#step-0 .badge.masked").allInnerTexts()
     assert.include(badges, `not sent from step ${first.replacedFrom}`)
     if (first.maskedFrom !== null) assert.include(badges, `masked from step ${first.maskedFrom}`)
+    // Folded on the page (design 0371), shown whole on asking.
+    await page.locator("#step-0 button.unfold").first().click()
     assert.strictEqual((await page.locator("#step-0 pre.observation").innerText()).split("\n").length, 80)
     await at.scrollIntoViewIfNeeded()
     await page.screenshot({ path: path.join(screenshots, "viewer-history.png"), fullPage: false })
@@ -148,7 +153,6 @@ describe.sequential("the viewer under a history policy, in a real browser", () =
 
   it("a conversation's turns: each turn's end, the next message before its first step, the conversation open", async () => {
     const page = await browser!.context.newPage()
-    await page.goto(printed)
     await page.goto(new URL(`/?${new URLSearchParams({ run: "chat-run" })}`, new URL(printed).origin).href)
     await page.locator("section.step").first().waitFor()
     assert.deepStrictEqual(await page.locator(".turn-end").allInnerTexts(), ["turn 0 ended: Completed(Answer) after 2 steps", "turn 1 ended: Completed(Answer) after 2 steps"])

@@ -115,21 +115,20 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     fs.writeFileSync(pricesFile, JSON.stringify({ currency: "EUR", models: { "*": { input: 3, output: 15 } } }))
     const child = spawn(process.execPath, [launcher, "serve", "--db", db, "--port", "0", "--prices", pricesFile], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } })
     serve = child
-    const printed = await new Promise<string>((resolve, reject) => {
+    const [printed, printedToken] = await new Promise<readonly [string, string]>((resolve, reject) => {
       let stdout = ""
       child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
         stdout += chunk
-        const match = /polyloop viewer on (http:\/\/\S+) /.exec(stdout)
-        if (match !== null) resolve(match[1]!)
+        const match = /polyloop viewer on (http:\/\/\S+) [\s\S]*token for scripts and other browsers: ([0-9a-f]+) /.exec(stdout)
+        if (match !== null) resolve([match[1]!, match[2]!])
       })
       child.on("close", (code) => reject(new Error(`serve exited (${code}):\n${stdout}`)))
     })
     const parsed = new URL(printed)
-    token = parsed.searchParams.get("token")!
+    token = printedToken
     url = `${parsed.origin}/`
     browser = await Chromium.launch({ width: 1280, height: 900 })
-    const first = await browser.context.newPage()
-    await first.goto(printed)
+    const first = await Chromium.login(browser.context, printed)
     await first.close()
     process.stdout.write(`viewer screenshots: ${screenshots}\n`)
   }, 240_000)
@@ -189,7 +188,9 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     assert.deepStrictEqual(new URL(page.url()).searchParams.getAll("compare").concat(new URL(page.url()).searchParams.getAll("with")), ["hostile-a", "fork-alt"])
     assert.strictEqual(await page.locator("#first-difference").getAttribute("data-step"), "1")
     assert.strictEqual(await page.locator(".compare-row.first-difference").getAttribute("data-step"), "1")
-    assert.strictEqual(await page.locator('.compare-row[data-step="0"]').getAttribute("data-same"), "yes", "the copied step is the same")
+    // The step the fork copied is shown once, as the parent's (issue 45), not as a pair of the same text.
+    assert.include(await page.locator(".compare-row.shared-steps").innerText(), "step 0: copied from hostile-a by the fork")
+    assert.strictEqual(await page.locator('.compare-row[data-step="0"]').count(), 0)
     assert.strictEqual(await page.locator('.compare-row[data-step="2"]').getAttribute("data-same"), "no")
     // The model saw the same request at step 1 (same history), and replied otherwise.
     assert.include(await page.locator("#request-note").innerText(), "the model saw the same request")
@@ -197,8 +198,6 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     assert.include(await reply.locator(".del").innerText(), "Let me clean up first.")
     assert.include(await reply.locator(".ins").innerText(), "Let me read the page once more.")
     assert.include(await page.locator('#first-difference [data-diff="tool calls"] .ins').innerText(), "the page again")
-    // The hostile reply of step 0 is text on this page too.
-    assert.isTrue(await page.getByText("<script>alert(1)</script>", { exact: false }).first().isVisible())
     assert.strictEqual(await page.locator("main script, main img, main b").count(), 0)
     await page.screenshot({ path: path.join(screenshots, "viewer-compare.png"), fullPage: true })
     // Any two runs: from a run's page, by the other's id (here two runs of one configuration).
@@ -207,6 +206,9 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     await any.locator("#compare-form button").click()
     await any.locator("#no-difference").waitFor()
     assert.include(await any.locator("#no-difference").innerText(), "agree on all 3 steps")
+    // The hostile reply of step 0 is text on this page too.
+    assert.isTrue(await any.getByText("<script>alert(1)</script>", { exact: false }).first().isVisible())
+    assert.strictEqual(await any.locator("main script, main img, main b").count(), 0)
     await any.close()
     // The fork's own page links to the comparison with its parent.
     const fork = await open(`/?${new URLSearchParams({ run: "fork-alt" })}`)
@@ -285,16 +287,19 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     const expected = statsJson()
     const page = await open("/?view=stats")
     const stops = await drawn(page, "chart-stop-reasons")
-    assert.deepStrictEqual(stops.labels, expected.map((g) => `${g.agent} · ${g.snapshotHash.slice(0, 8)}`))
-    // Each stacked segment is the command's count of that stop reason in that group.
+    // Per agent first (issue 45): the command's groups summed over each agent's snapshots.
+    const agents = [...new Set(expected.map((g) => g.agent))]
+    const ofAgent = (agent: string) => expected.filter((g) => g.agent === agent)
+    assert.deepStrictEqual(stops.labels, agents)
+    // Each stacked segment is the command's count of that stop reason for that agent.
     const reasons = [...new Set(expected.flatMap((g) => Object.keys(g.stopReasons)))].sort()
     assert.deepStrictEqual(stops.datasets.map((d) => d.label), reasons)
     for (const dataset of stops.datasets) {
-      assert.deepStrictEqual(dataset.data, expected.map((g) => g.stopReasons[dataset.label] ?? 0), dataset.label)
+      assert.deepStrictEqual(dataset.data, agents.map((a) => ofAgent(a).reduce((sum, g) => sum + (g.stopReasons[dataset.label] ?? 0), 0)), dataset.label)
     }
     assert.deepStrictEqual(
-      await page.locator("#stats-table tbody tr td:nth-child(3)").allInnerTexts(),
-      expected.map((g) => String(g.runs))
+      await page.locator("#stats-agents tbody tr.agent-row td:nth-child(3)").allInnerTexts(),
+      agents.map((a) => String(ofAgent(a).reduce((sum, g) => sum + g.runs, 0)))
     )
     // The histograms count every finished run once.
     const finished = expected.reduce((sum, g) => sum + g.runs, 0)

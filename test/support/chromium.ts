@@ -35,6 +35,8 @@ export const ensure = (log: (line: string) => void = (line) => process.stderr.wr
 /** A running browser with a fresh profile; `close` stops it and removes the profile. */
 export interface Browser {
   readonly context: BrowserContext
+  /** The profile directory (the browser's `Default/History` database is in it). */
+  readonly profile: string
   readonly close: () => Promise<void>
 }
 
@@ -50,9 +52,25 @@ export const launch = async (options: { readonly width?: number; readonly height
   })
   return {
     context,
+    profile,
     close: async () => {
       await context.close()
       Fs.rmSync(profile, { recursive: true, force: true })
     }
   }
+}
+
+/**
+ * Opens the URL `polyloop serve` printed (`/#login=<code>`, design 0370) in a new page and waits
+ * until the page has exchanged the code for its session (kept in the origin's `localStorage`),
+ * so that the next pages of this browser are logged in. Resolves with the page, left open.
+ */
+export const login = async (context: BrowserContext, printedUrl: string) => {
+  const page = await context.newPage()
+  await page.goto(printedUrl)
+  for (let tries = 0; tries < 600; tries++) {
+    if (await page.evaluate(`localStorage.getItem("polyloop-session") !== null`)) return page
+    await page.waitForTimeout(50)
+  }
+  throw new Error(`the page of ${new URL(printedUrl).origin} never stored its session`)
 }

@@ -291,6 +291,10 @@ export const serve = Command.make(
       Options.withDefault(ServeDefaults.maxStreams),
       Options.withDescription("the most live streams (open pages) at once; more are answered 503")
     ),
+    maxStreamsPerClient: Options.integer("max-streams-per-client").pipe(
+      Options.withDefault(ServeDefaults.maxStreamsPerClient),
+      Options.withDescription("the most live streams one client (a browser's login, the token's holder) holds open at once; more are answered 503")
+    ),
     interval: Options.integer("interval").pipe(
       Options.withDefault(Duration.toMillis(ServeDefaults.interval)),
       Options.withDescription("milliseconds between two polls of the store for live pages")
@@ -301,6 +305,9 @@ export const serve = Command.make(
       if (options.port < 0 || options.port > 65535) return yield* new CliError({ message: `--port must be 0 to 65535, not ${options.port}` })
       if (options.interval < 10) return yield* new CliError({ message: `--interval must be 10 ms or more, not ${options.interval}` })
       if (options.maxStreams < 1) return yield* new CliError({ message: `--max-streams must be 1 or more, not ${options.maxStreams}` })
+      if (options.maxStreamsPerClient < 1) {
+        return yield* new CliError({ message: `--max-streams-per-client must be 1 or more, not ${options.maxStreamsPerClient}` })
+      }
       // Loaded here, not at start-up: the other subcommands do not pay for the HTTP server.
       const Serve = yield* Effect.promise(() => import("./Serve.js"))
       let prices: ServeModule.PriceTable | undefined
@@ -320,13 +327,14 @@ export const serve = Command.make(
         interval: Duration.millis(options.interval),
         allowedHosts: options.allowedHost,
         maxStreams: options.maxStreams,
+        maxStreamsPerClient: options.maxStreamsPerClient,
         ...(prices === undefined ? {} : { prices }),
         decider: Option.getOrElse(options.as, () => `${userName()} via polyloop serve`)
       })
       if (!bound.loopback) {
         yield* Console.error(
           `polyloop serve: serving on ${bound.host}, which is not a loopback address (you asked for it with --host): ` +
-            "anyone who can reach it and has the URL below (its token) can read the runs (tasks, replies, tool output) and decide on waiting calls; " +
+            "anyone who can reach it and has the URL below (its login code) or the token can read the runs (tasks, replies, tool output) and decide on waiting calls; " +
             "plain HTTP, so the token crosses the network in clear"
         )
       }
@@ -338,13 +346,14 @@ export const serve = Command.make(
         return yield* Effect.never
       }
       yield* Console.log(`polyloop viewer on ${bound.url} (store: ${Store.describe(location(options))}); stop it with Ctrl-C`)
-      yield* Console.log("open that URL (it holds this start's token; the page keeps it in a cookie), or send Authorization: Bearer <token> to /api/")
+      yield* Console.log("open that URL once (its login code works once; the page keeps a session of its own origin)")
+      yield* Console.log(`token for scripts and other browsers: ${bound.token} (send Authorization: Bearer <token> to ${bound.baseUrl}api/, or paste it on the page)`)
       return yield* Effect.never
     }).pipe(Effect.scoped, Effect.provide(Store.layerExisting(location(options))))
 ).pipe(
   Command.withDescription(
     "Serve a run viewer in the browser: the runs list (filters, pages), each run's transcript updated live as any process writes it, and the JSON API under /api/. " +
-      `Binds ${ServeDefaults.host} unless --host says otherwise; the printed URL holds a secret token made at each start, which every request for data needs.`
+      `Binds ${ServeDefaults.host} unless --host says otherwise; the printed URL logs a browser in once, and the printed token (made at each start) is what scripts send; every request for data needs one of them.`
   )
 )
 

@@ -300,47 +300,85 @@ export const replay = (common: Common) =>
 // -----------------------------------------------------------------------------
 
 const encodeGroups = Schema.encodeSync(Schema.Array(Stats.Group))
+const encodeAgentGroups = Schema.encodeSync(Schema.Array(Stats.AgentGroup))
 
 const showDistribution = (d: Stats.Distribution): string => `${d.median} / ${d.p90} / ${d.max}`
+
+/** The rows `polyloop stats` prints by default at most (issue 45: a store of thousands of configurations). */
+export const defaultStatsLimit = 50
+
+/** A group's RUNS cell: its runs, and its conversations awaiting a message with their turns. */
+const runsCell = (g: Stats.AgentGroup | Stats.Group): string =>
+  g.conversations === undefined ? String(g.runs) : `${g.runs} (${g.conversations.runs} conversation${g.conversations.runs === 1 ? "" : "s"}, turns ${showDistribution(g.conversations.turns)})`
+
+/** The cells every row has after its key: stop reasons, steps, effective steps, tokens, resumes. */
+const figureCells = (g: Stats.AgentGroup | Stats.Group): ReadonlyArray<string> => [
+  Object.entries(g.stopReasons).sort(([a], [b]) => (a < b ? -1 : 1)).map(([reason, n]) => `${reason} ${n}`).join(", "),
+  showDistribution(g.steps),
+  showDistribution(g.effectiveSteps),
+  showDistribution(g.tokens),
+  `${g.resumedRuns} (${g.resumes}×)`
+]
+
+const figureColumns: ReadonlyArray<Format.Column> = [
+  { header: "STOP REASONS" },
+  { header: "STEPS med/p90/max", align: "right" },
+  { header: "EFFECTIVE med/p90/max", align: "right" },
+  { header: "TOKENS med/p90/max", align: "right" },
+  { header: "RESUMED", align: "right" }
+]
 
 /** `polyloop stats`. */
 export const stats = (common: Common) =>
   Command.make(
     "stats",
-    { db: common.db, pg: common.pg, json: common.json, agent: filterOptions.agent, snapshot: filterOptions.snapshot },
+    {
+      db: common.db,
+      pg: common.pg,
+      json: common.json,
+      agent: filterOptions.agent,
+      snapshot: filterOptions.snapshot,
+      by: Options.choice("by", ["agent", "snapshot"]).pipe(
+        Options.optional,
+        Options.withDescription("one row per agent (over all its snapshots: the default) or per agent and snapshot (the default with --agent or --snapshot, and for --json)")
+      ),
+      limit: Options.integer("limit").pipe(
+        Options.withDefault(defaultStatsLimit),
+        Options.withDescription(`the most rows printed (0: all); the rest are counted on a last line; --json prints all`)
+      )
+    },
     (options) =>
       Effect.gen(function*() {
+        if (options.limit < 0) return yield* new CliError({ message: `--limit must be 0 or more, not ${options.limit}` })
         // Finished runs and conversations awaiting a message (design 0300): `compute` leaves out the rest.
         const logs = yield* selectLogs({ ...options, stopReason: Option.none() }, false)
-        const groups = Stats.compute(logs)
-        if (options.json) return yield* Console.log(JSON.stringify(encodeGroups(groups), null, 2))
-        if (groups.length === 0) return yield* Console.log(`no finished runs in ${Store.describe(common.location(options))}`)
+        const filtered = Option.isSome(options.agent) || Option.isSome(options.snapshot)
+        const by = Option.getOrElse(options.by, () => (options.json || filtered ? "snapshot" : "agent"))
+        if (options.json) {
+          return yield* Console.log(JSON.stringify(by === "agent" ? encodeAgentGroups(Stats.computeByAgent(logs)) : encodeGroups(Stats.compute(logs)), null, 2))
+        }
         const style = yield* Style.detect
-        const rows = groups.map((g) => [
-          g.agent,
-          g.snapshotHash.slice(0, 12),
-          g.conversations === undefined ? String(g.runs) : `${g.runs} (${g.conversations.runs} conversation${g.conversations.runs === 1 ? "" : "s"}, turns ${showDistribution(g.conversations.turns)})`,
-          Object.entries(g.stopReasons).sort(([a], [b]) => (a < b ? -1 : 1)).map(([reason, n]) => `${reason} ${n}`).join(", "),
-          showDistribution(g.steps),
-          showDistribution(g.effectiveSteps),
-          showDistribution(g.tokens),
-          `${g.resumedRuns} (${g.resumes}×)`
-        ])
-        yield* Console.log(
-          Format.table(
-            style,
-            [
-              { header: "AGENT" },
-              { header: "SNAPSHOT" },
-              { header: "RUNS", align: "right" },
-              { header: "STOP REASONS" },
-              { header: "STEPS med/p90/max", align: "right" },
-              { header: "EFFECTIVE med/p90/max", align: "right" },
-              { header: "TOKENS med/p90/max", align: "right" },
-              { header: "RESUMED", align: "right" }
-            ],
-            rows
+        const limited = <A>(all: ReadonlyArray<A>, noun: string) => {
+          const shown = options.limit === 0 ? all : all.slice(0, options.limit)
+          const rest = all.length - shown.length
+          return { shown, more: rest > 0 ? `… ${rest} more ${noun} (--limit 0 prints all, --agent one agent's)` : undefined }
+        }
+        if (by === "agent") {
+          const groups = Stats.computeByAgent(logs)
+          if (groups.length === 0) return yield* Console.log(`no finished runs in ${Store.describe(common.location(options))}`)
+          const { more, shown } = limited(groups, "agents")
+          yield* Console.log(
+            Format.table(style, [{ header: "AGENT" }, { header: "SNAPSHOTS", align: "right" }, { header: "RUNS", align: "right" }, ...figureColumns], shown.map((g) => [g.agent, String(g.snapshots), runsCell(g), ...figureCells(g)]))
           )
+          if (more !== undefined) yield* Console.log(more)
+          return
+        }
+        const groups = Stats.compute(logs)
+        if (groups.length === 0) return yield* Console.log(`no finished runs in ${Store.describe(common.location(options))}`)
+        const { more, shown } = limited(groups, "configurations")
+        yield* Console.log(
+          Format.table(style, [{ header: "AGENT" }, { header: "SNAPSHOT" }, { header: "RUNS", align: "right" }, ...figureColumns], shown.map((g) => [g.agent, g.snapshotHash.slice(0, 12), runsCell(g), ...figureCells(g)]))
         )
+        if (more !== undefined) yield* Console.log(more)
       }).pipe(Effect.provide(Store.layerExisting(common.location(options))))
-  ).pipe(Command.withDescription("How finished runs (and conversations awaiting a message, by their last turn) ended, per agent and snapshot: stop reasons, steps, effective steps and tokens (median, p90, max), resumes. --json for scripts."))
+  ).pipe(Command.withDescription("How finished runs (and conversations awaiting a message, by their last turn) ended, per agent (then per agent and snapshot with --by snapshot, --agent or --snapshot), at most --limit rows: stop reasons, steps, effective steps and tokens (median, p90, max), resumes. --json for scripts."))

@@ -4,7 +4,7 @@
  * filters and pages; one run's transcript, updated live while the run is written by any
  * process) and the JSON API the page uses:
  *
- * - `GET /api/runs?status=&agent=&stopReason=&page=&pageSize=` — runs, newest first, filtered
+ * - `GET /api/runs?status=&agent=&stopReason=&from=&to=&model=&page=&pageSize=` — runs, newest first, filtered
  *   and paged, with the values each filter can take;
  * - `GET /api/runs/<id>` — one run's transcript (`Transcript.toJson`: the document
  *   `polyloop show --json` prints), with the recorded snapshot and its hash, budgets against
@@ -12,12 +12,16 @@
  * - `GET /api/runs/<id>/live` and `GET /api/live` — Server-Sent Events fed by polling the store
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
+ * - `GET /api/runs/<id>/export?format=jsonl|json|openai-chat|atif` — the run as `polyloop export`
+ *   writes it, as an attachment;
  * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
  *   (`groups`), with the plots' histograms and the costs by the price table;
  * - `GET /api/prices` — the price table given to the server (`--prices`), or null;
  * - `GET /api/search?q=&page=` — runs whose task, replies or observations hold a text, by the
  *   store's own query (`RunLogStore.searchRuns`, design 0341), a page at a time (501 for a store
  *   that cannot search);
+ * - `POST /api/session` — exchanges the printed URL's one-time login code (`{ login }`) or the
+ *   token (`{ token }`) for a session of the page's origin (`{ session }`; design 0370);
  * - `POST /api/runs/<id>/decisions` — a person's decision on a call waiting for approval
  *   (`{ callId, decision: "Approve" | "Reject", reason?, by?, actionHash }`, through
  *   `Approval.decide`; JSON only, from the viewer's own page, recorded under the server's
@@ -28,14 +32,17 @@
  *   over 8 KiB), 415 (not JSON), 500 (the store failed) or 503 (too many live streams).
  *
  * Every request must name an allowed host (loopback, the bound address, `allowedHosts`), and
- * every request for data must carry the start's token: the page's URL holds it once, and the
- * server keeps it in an `HttpOnly; SameSite=Strict` cookie; scripts send
- * `Authorization: Bearer <token>`. Live streams share one poller per run. It binds 127.0.0.1 by
+ * every request for data must carry a credential of the start (design 0370): scripts send
+ * `Authorization: Bearer <token>`; the page's URL holds a one-time login code in its fragment,
+ * which the page exchanges (`POST /api/session`) for a session bound to its origin, kept in the
+ * origin's own storage and sent as `X-Polyloop-Session` (no cookie: cookies reach every port of
+ * a host). Live streams share one poller per run, and are capped in all and per client. It binds 127.0.0.1 by
  * default and refuses a non-loopback address unless `exposed` is set (the command sets it only
  * for an explicit `--host`). With `socket` it listens on a Unix socket made 0600 instead, and
  * asks no token (reaching the socket authenticates). The runs list, the statistics and a run's
  * forks are answered from the store's summaries (design 0343). Design: docs/design/0190-viewer.md,
- * docs/design/0340-viewer-security.md, docs/design/0343-summary-columns.md.
+ * docs/design/0340-viewer-security.md, docs/design/0343-summary-columns.md,
+ * docs/design/0370-viewer-session-in-its-origin.md.
  *
  * @since 0.1.0
  */
@@ -50,6 +57,7 @@ import * as Approval from "@polyloop/core/Approval"
 import { RunId } from "@polyloop/core/Ids"
 import * as RunLog from "@polyloop/core/RunLog"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
+import * as Trajectory from "@polyloop/core/Trajectory"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -101,6 +109,9 @@ export const decodePrices: (text: string) => PriceTable | string = Prices.decode
 /** The most live streams open at once by default (more answer 503). */
 export const defaultMaxStreams: number = Defaults.maxStreams
 
+/** The most live streams one client holds open at once by default (more answer 503; design 0370). */
+export const defaultMaxStreamsPerClient: number = Defaults.maxStreamsPerClient
+
 /** What the app needs to know. */
 export interface AppOptions {
   /** How often live streams poll the store (default 500 ms). */
@@ -123,6 +134,13 @@ export interface AppOptions {
   readonly decider?: string
   /** The most live streams open at once (default 64); more answer 503. */
   readonly maxStreams?: number
+  /** The most live streams one client (a browser session, the bearer holder) holds open at once (default 8; design 0370). */
+  readonly maxStreamsPerClient?: number
+  /**
+   * The one-time login code of the page's URL (design 0370; `serve` makes one per start). Without
+   * it the app makes one nobody knows: browsers log in with the token only.
+   */
+  readonly loginCode?: string
   /** The price table the page prices tokens with (`--prices`); none: no costs are shown. */
   readonly prices?: Prices.PriceTable
 }
@@ -149,7 +167,10 @@ export interface Options extends Omit<AppOptions, "boundHost" | "token"> {
 export interface Bound {
   readonly host: string
   readonly port: number
-  /** The page's URL, with the token: opening it keeps the token in a cookie. */
+  /**
+   * The page's URL, with a one-time login code in its fragment (`/#login=<code>`, design 0370):
+   * opening it logs the browser in once (the page keeps a session of its own origin). Not the token.
+   */
   readonly url: string
   /** The server's URL without the token (for API clients, which send `Authorization: Bearer <token>`). */
   readonly baseUrl: string
@@ -205,11 +226,18 @@ const respondToFailure = <E, R>(
   handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R> => Effect.catchAll(handler, (error) => Effect.succeed(failureResponse(error)))
 
+/** The live streams open: in all, and by client (`Auth.clientKey`). */
+interface StreamCounts {
+  readonly total: number
+  readonly byClient: ReadonlyMap<string, number>
+}
+
 /** The paths the app answers and the method of each, for 405's `Allow`. */
 const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/$/, "GET"],
   [/^\/favicon\.ico$/, "GET"],
-  [/^\/assets\/[^/]+$/, "GET"],
+  [/^\/assets\/(?:viewer\.css|viewer\.js|session\.js|chart\.umd\.min\.js|experiments\.js|experiments\.css)$/, "GET"],
+  [/^\/api\/session$/, "POST"],
   [/^\/api\/runs$/, "GET"],
   [/^\/experiments$/, "GET"],
   [/^\/api\/experiments(?:\/[^/]+)?$/, "GET"],
@@ -218,22 +246,39 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/api\/prices$/, "GET"],
   [/^\/api\/search$/, "GET"],
   [/^\/api\/runs\/[^/]+$/, "GET"],
-  [/^\/api\/runs\/[^/]+\/(?:live|forks)$/, "GET"],
+  [/^\/api\/runs\/[^/]+\/(?:live|forks|export)$/, "GET"],
   [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
 ]
 
 /** The methods a path answers (empty: no such path). */
 const allowedMethods = (pathname: string): ReadonlyArray<string> => routeShapes.filter(([shape]) => shape.test(pathname)).map(([, method]) => method)
 
-/** Paths served without the token: the page's static files (they hold no data). */
-const isPublic = (pathname: string): boolean => pathname === "/favicon.ico" || pathname.startsWith("/assets/")
+/**
+ * Paths served without a credential: the page's static files and its two HTML pages (they hold
+ * no data; the page asks for the login itself) and the login exchange (design 0370).
+ */
+const isPublic = (pathname: string): boolean =>
+  pathname === "/" || pathname === "/experiments" || pathname === "/favicon.ico" || pathname === "/api/session" || pathname.startsWith("/assets/")
 
-const unauthorizedPage = [
-  "This polyloop viewer needs the secret of its start.",
-  "",
-  "Open the URL `polyloop serve` printed (http://…/?token=…): the page keeps the token in a cookie of this browser.",
-  ""
-].join("\n")
+/** Paths of live streams, which take the session as `?session=` (an `EventSource` sets no headers). */
+const isLiveStream = (pathname: string): boolean => pathname === "/api/live" || /^\/api\/runs\/[^/]+\/live$/.test(pathname)
+
+/** The search parameters of `GET /api/runs/<id>/export`: what `polyloop export --format` writes (default jsonl). */
+const ExportQuery = Schema.Struct({
+  format: Schema.optionalWith(Schema.Literal("jsonl", "json", "openai-chat", "atif"), { default: () => "jsonl" as const })
+})
+
+/** The body of `POST /api/session`: the printed URL's one-time code, or the token pasted on the page. */
+const LoginBody = Schema.Union(
+  Schema.Struct({ login: Schema.String.pipe(Schema.maxLength(200)) }),
+  Schema.Struct({ token: Schema.String.pipe(Schema.maxLength(200)) })
+)
+
+const loginRefusals: Record<Auth.Refusal, string> = {
+  WrongToken: "that is not this start's token",
+  WrongCode: "that is not this start's login code (each start of polyloop serve makes a new one)",
+  LoginSpent: "this login URL was used already (it logs in once): paste the token polyloop serve printed, or restart it"
+}
 
 /**
  * The viewer as an HTTP app over the `RunLogStore` in context: the page's files, the JSON API
@@ -248,12 +293,13 @@ export const app = (
     const interval = options.interval ?? defaultInterval
     const decider = options.decider ?? "polyloop serve"
     const maxStreams = options.maxStreams ?? defaultMaxStreams
+    const maxPerClient = options.maxStreamsPerClient ?? defaultMaxStreamsPerClient
     const allowed = Address.allowlist(options.boundHost ?? defaultHost, options.allowedHosts ?? [])
-    const secret = Auth.make(options.token)
+    const secret = yield* Auth.make(options.token, options.loginCode)
     const forks = Forks.make()
     const statsIndex = yield* Stats.make()
     const hub = yield* Live.makeHub(interval)
-    const openStreams = yield* Ref.make(0)
+    const openStreams = yield* Ref.make<StreamCounts>({ total: 0, byClient: new Map() })
     const assets = yield* Assets.load.pipe(
       Effect.mapError((message) => new ServeError({ reason: "Assets", host: "", port: 0, message }))
     )
@@ -261,29 +307,63 @@ export const app = (
       const found = assets.get(urlPath)!
       return HttpServerResponse.text(found.body, { contentType: found.contentType })
     }
-    /** A slot for one more live stream, held for the request's scope, or a 503 response. */
-    const streamSlot = Effect.acquireRelease(
-      Ref.modify(openStreams, (open): readonly [boolean, number] => (open < maxStreams ? [true, open + 1] : [false, open])),
-      (taken) => (taken ? Ref.update(openStreams, (open) => open - 1) : Effect.void)
-    ).pipe(Effect.flatMap((taken) =>
-      taken
-        ? Effect.void
-        : Effect.fail(HttpServerResponse.setHeader(
-          apiError(503, "TooManyStreams", `this viewer holds at most ${maxStreams} live streams open at once; try again later`),
-          "retry-after",
-          "5"
-        ))
-    ))
+    /** The client of a request (its credential was checked before routing). */
+    const clientOf = (request: HttpServerRequest.HttpServerRequest): Auth.Client | undefined => {
+      if (options.socketOnly === true) return { _tag: "Socket" }
+      const url = new URL(request.url, "http://viewer.invalid")
+      return secret.identify(request.headers, isLiveStream(url.pathname) ? url.searchParams.get("session") : null)
+    }
+    type Slot = "Taken" | "Total" | "Client"
+    /**
+     * A slot for one more live stream of `key`'s client, held for the request's scope, or a 503
+     * response: at most `maxStreams` in all and `maxPerClient` per client (design 0370).
+     */
+    const streamSlot = (key: string) =>
+      Effect.acquireRelease(
+        Ref.modify(openStreams, (open): readonly [Slot, StreamCounts] => {
+          const mine = open.byClient.get(key) ?? 0
+          if (open.total >= maxStreams) return ["Total", open]
+          if (mine >= maxPerClient) return ["Client", open]
+          return ["Taken", { total: open.total + 1, byClient: new Map(open.byClient).set(key, mine + 1) }]
+        }),
+        (slot) =>
+          slot === "Taken"
+            ? Ref.update(openStreams, (open): StreamCounts => {
+              const byClient = new Map(open.byClient)
+              const mine = (byClient.get(key) ?? 1) - 1
+              if (mine <= 0) byClient.delete(key)
+              else byClient.set(key, mine)
+              return { total: open.total - 1, byClient }
+            })
+            : Effect.void
+      ).pipe(Effect.flatMap((slot) =>
+        slot === "Taken"
+          ? Effect.void
+          : Effect.fail(HttpServerResponse.setHeader(
+            slot === "Total"
+              ? apiError(503, "TooManyStreams", `this viewer holds at most ${maxStreams} live streams open at once; try again later`)
+              : apiError(503, "TooManyStreamsForClient", `one client holds at most ${maxPerClient} live streams open at once; close a live page, or try again later`),
+            "retry-after",
+            "5"
+          ))
+      ))
+    /** A live stream's slot for the client of the request. */
+    const requestSlot = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+      const client = clientOf(request)
+      return streamSlot(client === undefined ? "anonymous" : Auth.clientKey(client))
+    })
     const router = HttpRouter.empty.pipe(
       HttpRouter.get("/", Effect.sync(() => asset("/"))),
       HttpRouter.get("/favicon.ico", Effect.succeed(HttpServerResponse.empty({ status: 204 }))),
       HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
       HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
+      HttpRouter.get("/assets/session.js", Effect.sync(() => asset("/assets/session.js"))),
       HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
       // Experiments (design 0320): the page, its script, the list and one experiment.
       HttpRouter.get("/experiments", Effect.sync(() => asset("/experiments"))),
       HttpRouter.get("/assets/experiments.js", Effect.sync(() => asset("/assets/experiments.js"))),
-      HttpRouter.get("/assets/experiments.css", Effect.sync(() => asset("/assets/experiments.css"))),
+      HttpRouter.get("/assets/experiments.css", Effect.sync(() => asset("/assets/experiments.css")))
+    ).pipe(
       HttpRouter.get(
         "/api/experiments",
         respondToFailure(Effect.flatMap(RunLogStore.RunLogStore, (store) =>
@@ -347,8 +427,24 @@ export const app = (
         "/api/runs/:runId/live",
         respondToFailure(Effect.gen(function*() {
           const runId = yield* runIdParam
-          yield* streamSlot
+          yield* requestSlot
           return sseResponse(hub.run(runId))
+        }))
+      ),
+      HttpRouter.get(
+        "/api/runs/:runId/export",
+        respondToFailure(Effect.gen(function*() {
+          const runId = yield* runIdParam
+          const { format } = yield* HttpServerRequest.schemaSearchParams(ExportQuery)
+          const store = yield* RunLogStore.RunLogStore
+          const log = yield* store.readLog(runId, { verify: true })
+          if (Option.isNone(log.started)) return apiError(404, "RunNotFound", `no run with id ${JSON.stringify(runId)} in the store`)
+          const text = yield* Trajectory.render(log, format)
+          const file = `${runId.replace(/[^A-Za-z0-9._-]/g, "_")}.${format === "jsonl" ? "jsonl" : "json"}`
+          return HttpServerResponse.text(text, {
+            contentType: format === "jsonl" ? "application/x-ndjson; charset=utf-8" : "application/json; charset=utf-8",
+            headers: { "content-disposition": `attachment; filename="${file}"` }
+          })
         }))
       ),
       HttpRouter.get(
@@ -359,6 +455,29 @@ export const app = (
             onNone: () => apiError(404, "RunNotFound", `no run with id ${JSON.stringify(runId)} in the store`),
             onSome: (found) => HttpServerResponse.unsafeJson({ forks: found })
           })
+        }))
+      ),
+      HttpRouter.post(
+        "/api/session",
+        respondToFailure(Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const refused = Decisions.refusal(request.headers, allowed, "a login")
+          if (refused !== undefined) return apiError(refused.status, refused.tag, refused.message)
+          const text = yield* request.text.pipe(
+            HttpServerRequest.withMaxBodySize(Option.some(Decisions.maxBodyBytes)),
+            Effect.mapError(() => apiError(400, "InvalidBody", "the body could not be read"))
+          )
+          const json = yield* Effect.try({
+            try: (): unknown => JSON.parse(text),
+            catch: () => apiError(400, "InvalidBody", "the body is not JSON")
+          })
+          const body = yield* Schema.decodeUnknown(LoginBody, { onExcessProperty: "error" })(json).pipe(
+            Effect.mapError(() => apiError(400, "InvalidBody", "the body must be { \"login\": <code> } or { \"token\": <token> }"))
+          )
+          const session = yield* secret.exchange(body, request.headers["host"] ?? "").pipe(
+            Effect.mapError((refusal) => apiError(401, refusal, loginRefusals[refusal]))
+          )
+          return HttpServerResponse.unsafeJson({ session })
         }))
       ),
       HttpRouter.post(
@@ -404,7 +523,7 @@ export const app = (
       HttpRouter.get(
         "/api/live",
         respondToFailure(Effect.gen(function*() {
-          yield* streamSlot
+          yield* requestSlot
           return sseResponse(hub.runs)
         }))
       )
@@ -439,24 +558,19 @@ export const app = (
         )
       }
       const url = new URL(request.url, "http://viewer.invalid")
-      if (isPublic(url.pathname)) return yield* routed
-      const offered = url.searchParams.get("token")
-      if (url.pathname === "/" && request.method === "GET" && offered !== null) {
-        if (!secret.matches(offered)) return HttpServerResponse.text(unauthorizedPage, { status: 401 })
-        url.searchParams.delete("token")
-        const rest = url.searchParams.size > 0 ? `/?${url.searchParams}` : "/"
-        return HttpServerResponse.empty({ status: 303, headers: { location: rest, "set-cookie": secret.setCookie } })
-      }
-      if (options.socketOnly !== true && !secret.accepts(request.headers)) {
-        return url.pathname.startsWith("/api/")
-          ? apiError(401, "Unauthorized", "this viewer needs its token: the cookie set by the URL `polyloop serve` printed, or Authorization: Bearer <token>")
-          : HttpServerResponse.text(unauthorizedPage, { status: 401 })
-      }
       if (url.pathname.startsWith("/api/")) {
+        // Before the login exchange too: another site's page may not post a guess.
         const site = Decisions.siteRefusal(request.headers)
         if (site !== undefined) return apiError(site.status, site.tag, site.message)
       }
-      return yield* routed
+      if (isPublic(url.pathname) || clientOf(request) !== undefined) return yield* routed
+      return url.pathname.startsWith("/api/")
+        ? apiError(
+          401,
+          "Unauthorized",
+          "this viewer needs a login: open the URL `polyloop serve` printed (the page keeps a session of its own origin), or send Authorization: Bearer <token>"
+        )
+        : HttpServerResponse.text("Not found", { status: 404 })
     })
     return Effect.map(checked, (response) => HttpServerResponse.setHeaders(response, securityHeaders))
   })
@@ -499,11 +613,14 @@ const serveTcp = (options: Options): Effect.Effect<Bound, ServeError, RunLogStor
       }
     }
     const token = options.token ?? (yield* Auth.generate)
+    const loginCode = yield* Auth.generate
     const viewer = yield* app({
+      loginCode,
       ...(options.interval === undefined ? {} : { interval: options.interval }),
       ...(options.decider === undefined ? {} : { decider: options.decider }),
       ...(options.allowedHosts === undefined ? {} : { allowedHosts: options.allowedHosts }),
       ...(options.maxStreams === undefined ? {} : { maxStreams: options.maxStreams }),
+      ...(options.maxStreamsPerClient === undefined ? {} : { maxStreamsPerClient: options.maxStreamsPerClient }),
       ...(options.prices === undefined ? {} : { prices: options.prices }),
       boundHost: host,
       token
@@ -527,7 +644,7 @@ const serveTcp = (options: Options): Effect.Effect<Bound, ServeError, RunLogStor
     const bare = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
     const urlHost = bare.includes(":") ? `[${bare}]` : bare
     const baseUrl = `http://${urlHost}:${boundPort}/`
-    return { host, port: boundPort, url: `${baseUrl}?${new URLSearchParams({ token })}`, baseUrl, token, loopback }
+    return { host, port: boundPort, url: `${baseUrl}#login=${loginCode}`, baseUrl, token, loopback }
   })
 
 /**
@@ -547,6 +664,7 @@ const serveSocket = (options: Options, socket: string): Effect.Effect<Bound, Ser
       ...(options.decider === undefined ? {} : { decider: options.decider }),
       ...(options.allowedHosts === undefined ? {} : { allowedHosts: options.allowedHosts }),
       ...(options.maxStreams === undefined ? {} : { maxStreams: options.maxStreams }),
+      ...(options.maxStreamsPerClient === undefined ? {} : { maxStreamsPerClient: options.maxStreamsPerClient }),
       ...(options.prices === undefined ? {} : { prices: options.prices }),
       boundHost: "localhost",
       token,

@@ -4,6 +4,8 @@
 // configuration's mean with its CI, and the per-sample grid (sample × configuration × epoch,
 // coloured by score) whose every cell links to its run's transcript. Text is always set as text.
 
+import * as Session from "./session.js"
+
 const main = document.getElementById("main")
 const problem = document.getElementById("problem")
 
@@ -22,8 +24,13 @@ const el = (tag, attributes = {}, ...children) => {
 }
 
 const getJson = async (url) => {
-  const response = await fetch(url, { headers: { accept: "application/json" } })
+  const response = await fetch(url, { headers: { accept: "application/json", ...Session.headers() } })
   const body = await response.json().catch(() => null)
+  if (response.status === 401) {
+    Session.forget()
+    main.replaceChildren(Session.form(el, () => void start()))
+    throw new Error(body?.error?.message ?? "this viewer needs its token")
+  }
   if (!response.ok) throw new Error(body?.error?.message ?? `${response.status} ${response.statusText}`)
   return body
 }
@@ -124,8 +131,25 @@ const start = async () => {
   } catch (error) {
     problem.hidden = false
     problem.textContent = error instanceof Error ? error.message : String(error)
-    main.replaceChildren()
+    if (main.querySelector("#login") === null) main.replaceChildren()
   }
 }
 
-void start()
+/** Logs in with the URL's code when it has one (design 0370), then shows the page. */
+const begin = async () => {
+  try {
+    await Session.start()
+  } catch (error) {
+    Session.forget()
+    main.replaceChildren(Session.form(el, () => void start()))
+    problem.hidden = false
+    problem.textContent = `cannot log in with this URL: ${error.message}`
+    return
+  }
+  await start()
+}
+
+window.addEventListener("hashchange", () => {
+  if (new URLSearchParams(location.hash.slice(1)).has("login")) void begin()
+})
+await begin()

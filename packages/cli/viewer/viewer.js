@@ -12,6 +12,8 @@
 // The file is longer than a module of the library: it is the whole page, kept in one file so
 // that it is served as it is written.
 
+import * as Session from "./session.js"
+
 const main = document.getElementById("main")
 const connection = document.getElementById("connection")
 const problem = document.getElementById("problem")
@@ -83,9 +85,18 @@ const showProblem = (message) => {
   problem.textContent = message ?? ""
 }
 
+/** The server refused this browser's credential: the login form replaces the page. */
+const needsLogin = () => {
+  Session.forget()
+  closeLive()
+  setConnection("", false)
+  main.replaceChildren(Session.form(el, () => route()))
+}
+
 const getJson = async (url) => {
-  const response = await fetch(url, { headers: { accept: "application/json" } })
+  const response = await fetch(url, { headers: { accept: "application/json", ...Session.headers() } })
   const body = await response.json().catch(() => null)
+  if (response.status === 401) needsLogin()
   if (!response.ok) {
     const error = new Error(body?.error?.message ?? `${response.status} ${response.statusText}`)
     error.status = response.status
@@ -95,8 +106,9 @@ const getJson = async (url) => {
 }
 
 const postJson = async (url, body) => {
-  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json" }, body: JSON.stringify(body) })
+  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json", ...Session.headers() }, body: JSON.stringify(body) })
   const answer = await response.json().catch(() => null)
+  if (response.status === 401) needsLogin()
   if (!response.ok) throw new Error(answer?.error?.message ?? `${response.status} ${response.statusText}`)
   return answer
 }
@@ -129,12 +141,15 @@ const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amoun
 const listParams = () => {
   const params = new URLSearchParams(location.search)
   const keep = new URLSearchParams()
-  for (const name of ["status", "agent", "stopReason", "page"]) {
+  for (const name of ["status", "agent", "stopReason", "from", "to", "model", "page"]) {
     const value = params.get(name)
     if (value) keep.set(name, value)
   }
   return keep
 }
+
+/** A date filter (a day, UTC). */
+const dateInput = (name, label, current) => el("label", {}, label, el("input", { type: "date", name, "data-filter": name, value: current ?? "" }))
 
 const select = (name, label, current, options) =>
   el(
@@ -156,6 +171,9 @@ const renderList = (data, params) => {
     select("status", "Status", params.get("status") ?? "", data.filters.statuses.map((s) => [s, s === "Unfinished" ? "unfinished (running or stopped)" : s === "Suspended" ? "suspended (waiting for a decision)" : s === "AwaitingMessage" ? "awaiting message (a conversation)" : s.toLowerCase()])),
     select("agent", "Agent", params.get("agent") ?? "", data.filters.agents.map((a) => [a, a])),
     select("stopReason", "Stop reason", params.get("stopReason") ?? "", data.filters.stopReasons.map((r) => [r, r])),
+    (data.filters.models ?? []).length > 0 ? select("model", "Model", params.get("model") ?? "", data.filters.models.map((m) => [m, m === "-" ? "(none named)" : m])) : null,
+    dateInput("from", "Started from", params.get("from")),
+    dateInput("to", "to (UTC)", params.get("to")),
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
     el("span", { class: "muted", id: "totals", "data-tokens": String(data.totals.tokens), "data-cost": data.totals.cost ? String(data.totals.cost.amount) : undefined }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
   )
@@ -232,7 +250,7 @@ const listPage = async () => {
   }
   await load()
   closeLive()
-  const source = new EventSource("/api/live")
+  const source = new EventSource(Session.streamUrl("/api/live"))
   liveSource = source
   let first = true
   source.addEventListener("runs", () => {
@@ -253,6 +271,34 @@ const row = (name, ...value) => el("div", { class: "row" }, el("div", { class: "
 
 const pre = (text, attrs) => el("pre", attrs ?? {}, text === "" ? el("span", { class: "muted" }, "(empty)") : text)
 
+/** Texts longer than this are shown folded (design 0371): their first `foldLines` lines, and a button. */
+const foldOver = { lines: 20, chars: 2000 }
+const foldLines = 12
+
+/**
+ * A long text folded to its first lines, with "show all N lines (M kB)" (and "fold" back); a short
+ * one as it is. The page's copy is folded, never the log's.
+ */
+const folded = (text, attrs) => {
+  const value = String(text ?? "")
+  const lines = value.split("\n")
+  if (lines.length <= foldOver.lines && value.length <= foldOver.chars) return pre(value, attrs)
+  let head = lines.slice(0, foldLines).join("\n")
+  if (head.length > foldOver.chars) head = head.slice(0, foldOver.chars)
+  const node = pre(head, attrs)
+  const size = `${(new TextEncoder().encode(value).length / 1024).toFixed(1)} kB`
+  const more = `show all ${lines.length} lines (${size})`
+  const button = el("button", { type: "button", class: "unfold", "aria-expanded": "false" }, more)
+  let open = false
+  button.addEventListener("click", () => {
+    open = !open
+    node.textContent = open ? value : head
+    button.textContent = open ? "fold" : more
+    button.setAttribute("aria-expanded", String(open))
+  })
+  return el("div", { class: "folded" }, node, button)
+}
+
 const renderAction = (action) =>
   action._tag === "ToolCall"
     ? el("li", { class: "action" }, el("code", {}, action.name), el("span", { class: "note" }, `call ${action.id}`), pre(json(action.arguments), { class: "arguments" }))
@@ -261,7 +307,7 @@ const renderAction = (action) =>
 const renderDecision = (decision) => {
   switch (decision._tag) {
     case "Finish":
-      return [el("span", { class: "badge decision" }, "Finish"), pre(decision.answer)]
+      return [el("span", { class: "badge decision" }, "Finish"), folded(decision.answer)]
     case "NoAction":
       return [el("span", { class: "badge decision" }, "NoAction"), el("span", { class: "note" }, "the reply took no action; the library fed back its nudge")]
     case "InvalidDecision":
@@ -288,7 +334,6 @@ const renderResult = (result, step, replayPolicyOf, label) => {
         : `settled on resume: run again (replay policy ${policy ?? "Always"})`
     )
   }
-  if (result.handlerFailed) notes.push("the handler failed")
   if (outcome.envReportedCompletion) notes.push("the environment reported completion")
   const history = step.history
   const sentAs = []
@@ -296,13 +341,19 @@ const renderResult = (result, step, replayPolicyOf, label) => {
   if (history && history.replacedFrom !== null) sentAs.push(el("span", { class: "badge masked", title: "the log keeps it in full" }, `not sent from step ${history.replacedFrom}`))
   const parts = [
     row(label, el("ul", { class: "actions" }, renderAction(result.action))),
-    row("status", el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status), notes.map((n) => el("span", { class: "note" }, n))),
+    row(
+      "status",
+      result.handlerFailed && outcome.status === "Executed"
+        ? el("span", { class: "badge EnvError failed", "data-status": outcome.status, title: "the tool ran and failed; its error was fed back to the model as the observation" }, "tool failed")
+        : el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status),
+      notes.map((n) => el("span", { class: "note" }, n))
+    ),
     row(
       "observation",
       outcome.observationIsSynthetic ? el("span", { class: "badge synthetic", title: "written by the library, not by the executor" }, "synthetic") : null,
       outcome.observationTruncatedChars > 0 ? el("span", { class: "note" }, `${outcome.observationTruncatedChars} characters cut`) : null,
       sentAs,
-      pre(outcome.observation, { class: "observation" })
+      folded(outcome.observation, { class: "observation" })
     )
   ]
   if (outcome.observationIsSynthetic || result.executorObservation !== outcome.observation) {
@@ -310,7 +361,7 @@ const renderResult = (result, step, replayPolicyOf, label) => {
       row(
         "executor",
         el("span", { class: "note" }, "audit only, not in history"),
-        result.executorObservation === "" ? el("div", { class: "muted" }, "(no text: the action did not run)") : pre(result.executorObservation, { class: "executor" })
+        result.executorObservation === "" ? el("div", { class: "muted" }, "(no text: the action did not run)") : folded(result.executorObservation, { class: "executor" })
       )
     )
   }
@@ -326,6 +377,68 @@ const sentText = (sent, step) => {
   if (sent.maskedBefore > sent.replacedBefore) parts.push(`${stepRange(sent.replacedBefore, sent.maskedBefore)} observations masked`)
   if (step > sent.maskedBefore) parts.push(`${stepRange(sent.maskedBefore, step)} verbatim`)
   return parts.length === 0 ? "the task only" : parts.join(" · ")
+}
+
+/**
+ * The messages of step `step`'s request as the model was sent them (design 0300's view: steps
+ * before `replacedBefore` summarised or dropped, observations before `maskedBefore` masked): the
+ * system prompt, the task, then each earlier step's reply and its observations.
+ */
+const requestMessages = (transcript, step) => {
+  const sent = step.history?.sent ?? { replacedBefore: 0, maskedBefore: 0, summarised: false }
+  const messages = [
+    { role: "system", text: String(transcript.snapshot?.agent?.systemPrompt ?? "") },
+    { role: "user", text: transcript.task }
+  ]
+  if (sent.replacedBefore > 0) {
+    const compaction = (transcript.compactions ?? []).filter((c) => c.step <= step.step && c.toStep === sent.replacedBefore).pop()
+    messages.push(
+      sent.summarised && compaction?.summary !== undefined
+        ? { role: "user", text: compaction.summary, note: `summary of steps ${stepRange(0, sent.replacedBefore)}` }
+        : { role: "note", text: `steps ${stepRange(0, sent.replacedBefore)} ${sent.summarised ? "summarised" : "dropped"}` }
+    )
+  }
+  for (const earlier of transcript.steps) {
+    if (earlier.step >= step.step) break
+    if (earlier.step < sent.replacedBefore) continue
+    const reply = earlier.reply?.reply
+    if (!reply) continue
+    const calls = reply.toolCalls.map((call) => `${call.name}(${call.argumentsText})`).join("\n")
+    messages.push({ role: "assistant", text: [reply.text, calls].filter((t) => t !== "").join("\n"), note: `step ${earlier.step}` })
+    for (const result of resultsOf(earlier)) {
+      messages.push(
+        earlier.step < sent.maskedBefore
+          ? { role: "tool", text: "(observation masked)", note: `step ${earlier.step}` }
+          : { role: "tool", text: result.outcome.observation, note: `step ${earlier.step}` }
+      )
+    }
+  }
+  return messages
+}
+
+/** A step's request as a chat, made when opened (a 1,000-step run would otherwise hold a million messages). */
+const requestPanel = (step, context) => {
+  const details = el("details", { class: "request" }, el("summary", {}, "request as sent"))
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.querySelector(".chat")) return
+    const messages = context.requestOf(step)
+    details.append(
+      el(
+        "ol",
+        { class: "chat" },
+        messages.map((m) =>
+          el(
+            "li",
+            { class: `message ${m.role}`, "data-role": m.role },
+            el("span", { class: "role" }, m.role),
+            m.note ? el("span", { class: "note" }, m.note) : null,
+            folded(m.text)
+          )
+        )
+      )
+    )
+  })
+  return details
 }
 
 const renderStep = (step, context) => {
@@ -347,17 +460,18 @@ const renderStep = (step, context) => {
         "compacted",
         el("span", { class: "badge compacted" }, c.summary !== undefined ? "summarised" : "dropped"),
         el("span", { class: "note" }, `steps ${stepRange(0, c.toStep)} before this request (${c.reason}: ${c.requestTokens} tokens counted)`),
-        c.summary !== undefined ? pre(c.summary, { class: "summary" }) : null
+        c.summary !== undefined ? folded(c.summary, { class: "summary" }) : null
       )
     )
   }
   if (step.history) node.append(row("sent", el("span", { class: "sent" }, sentText(step.history.sent, step.step))))
+  if (step.reply && context.requestOf) node.append(requestPanel(step, context))
   if (step.reply) {
     const reply = step.reply.reply
-    node.append(row("reply", pre(reply.text, { class: "reply" })))
+    node.append(row("reply", folded(reply.text, { class: "reply" })))
     if (reply.toolCalls.length > 0) {
       node.append(
-        row("tool calls", el("ul", { class: "actions" }, reply.toolCalls.map((call) => el("li", {}, el("code", {}, call.name), el("span", { class: "note" }, call.id), pre(call.argumentsText)))))
+        row("tool calls", el("ul", { class: "actions" }, reply.toolCalls.map((call) => el("li", {}, el("code", {}, call.name), el("span", { class: "note" }, call.id), folded(call.argumentsText)))))
       )
     }
     if (reply.finishReason) node.append(row("finish reason", el("code", {}, reply.finishReason)))
@@ -395,7 +509,9 @@ const renderStep = (step, context) => {
     return node
   }
   const decision = step.completion.decision
-  if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
+  if (decision._tag === "Finish" && step.reply && decision.answer === step.reply.reply.text) {
+    node.append(row("decision", el("span", { class: "badge decision" }, "Finish"), el("span", { class: "note decision-note" }, "the reply above is the answer")))
+  } else if (decision._tag !== "Act") node.append(row("decision", ...renderDecision(decision)))
   // A reply may call several tools (one result each, in call order): each is labelled "action i of n".
   const called = decision._tag === "Act" ? Math.max(actionsOf(decision).length, results.length) : results.length
   if (results.length > 0) {
@@ -405,20 +521,44 @@ const renderStep = (step, context) => {
   return node
 }
 
-const budgetBar = (name, used, limit, format) => {
+const budgetBar = (name, used, limit, format, of = "") => {
   const ratio = typeof limit === "number" && limit > 0 ? Math.min(1, used / limit) : 0
   return el(
     "div",
     { class: "budget", "data-budget": name },
-    el("div", { class: "label" }, el("span", {}, name), el("span", { class: "mono" }, typeof limit === "number" ? `${format(used)} / ${format(limit)}` : `${format(used)} (no limit)`)),
+    el("div", { class: "label" }, el("span", {}, `${name}${of}`), el("span", { class: "mono" }, typeof limit === "number" ? `${format(used)} / ${format(limit)}` : `${format(used)} (no limit)`)),
     el("div", { class: `bar${ratio >= 1 ? " full" : ""}` }, el("span", { style: undefined }))
   )
+}
+
+/**
+ * What the budget bars measure: a run's use; a conversation's budget is per turn (design 0300),
+ * so its bars show the turn under way (or the last one, when it awaits a message), with `turn`
+ * its number; the whole conversation's use is said apart.
+ */
+const budgetUse = (transcript) => {
+  const turns = transcript.turns ?? []
+  const used = transcript.used
+  if (turns.length === 0) return { ...used, turn: null }
+  const awaiting = transcript.summary.status === "AwaitingMessage" || transcript.finished !== null
+  if (awaiting) {
+    const last = turns[turns.length - 1].counters
+    return { steps: last.steps, effectiveSteps: last.effectiveSteps, tokens: last.usage.inputTokens + last.usage.outputTokens, elapsed: last.elapsed, turn: turns[turns.length - 1].turn }
+  }
+  const sum = (f) => turns.reduce((total, t) => total + f(t.counters), 0)
+  return {
+    steps: used.steps - sum((c) => c.steps),
+    effectiveSteps: used.effectiveSteps - sum((c) => c.effectiveSteps),
+    tokens: used.tokens - sum((c) => c.usage.inputTokens + c.usage.outputTokens),
+    elapsed: used.elapsed - sum((c) => c.elapsed),
+    turn: turns.length
+  }
 }
 
 /** Sets the bars' widths (through the CSSOM: the policy allows no inline style attribute). */
 const sizeBars = (container, transcript) => {
   const budget = transcript.budget ?? {}
-  const used = transcript.used
+  const used = budgetUse(transcript)
   const pairs = { steps: [used.steps, budget.maxSteps], "effective steps": [used.effectiveSteps, budget.maxEffectiveSteps], tokens: [used.tokens, budget.maxTokens], time: [used.elapsed, budget.maxDuration] }
   for (const node of container.querySelectorAll("[data-budget]")) {
     const [value, limit] = pairs[node.getAttribute("data-budget")] ?? [0, undefined]
@@ -528,6 +668,39 @@ const renderWaiting = (transcript) => {
   )
 }
 
+/** The file names of the export formats. */
+const exportFormats = [["jsonl", "JSONL records"], ["openai-chat", "openai-chat"], ["atif", "ATIF"]]
+
+/**
+ * A run's export links (what `polyloop export --format` writes). Fetched with the session (a plain
+ * link would carry no credential: design 0370), then saved from a blob.
+ */
+const exportLinks = (runId) =>
+  el(
+    "span",
+    { id: "exports" },
+    exportFormats.map(([format, label]) => {
+      const link = el("a", { href: `/api/runs/${encodeURIComponent(runId)}/export?format=${format}`, "data-format": format, class: "export" }, label)
+      link.addEventListener("click", async (event) => {
+        event.preventDefault()
+        try {
+          const response = await fetch(link.getAttribute("href"), { headers: Session.headers() })
+          if (!response.ok) throw new Error(`${response.status} ${response.statusText}`)
+          const name = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") ?? "")?.[1] ?? `${runId}.${format}`
+          const url = URL.createObjectURL(await response.blob())
+          const save = el("a", { href: url, download: name })
+          document.body.append(save)
+          save.click()
+          save.remove()
+          setTimeout(() => URL.revokeObjectURL(url), 10000)
+        } catch (error) {
+          showProblem(`cannot export the run: ${error.message}`)
+        }
+      })
+      return [link, " "]
+    })
+  )
+
 const renderHeader = (transcript, live, table) => {
   const summary = transcript.summary
   const reason = summary.stopReason
@@ -580,27 +753,36 @@ const renderHeader = (transcript, live, table) => {
     route()
   })
   facts.push(["compare with", compareForm])
+  facts.push(["export", exportLinks(transcript.runId)])
   if (transcript.resumes.length > 0) facts.push(["resumes", el("span", {}, `${transcript.resumes.length}× (at step ${transcript.resumes.map((r) => r.fromStep).join(", ")})`)])
   if (reason) facts.push(["stop reason", el("span", { class: `badge ${stopReasonClass(reason)}`, id: "stop-reason" }, stopReasonLabel(reason))])
   if (reason && reason._tag === "Completed" && typeof reason.answer === "string") facts.push(["answer", pre(reason.answer)])
   if (reason && reason._tag === "EnvError") facts.push(["env error", pre(reason.message)])
   if (transcript.finished) facts.push(["finished", el("span", { class: "mono" }, `${time(transcript.finished.finishedAt)}${transcript.finished.eventDeliveryFailures > 0 ? ` · ${transcript.finished.eventDeliveryFailures} event deliveries failed` : ""}`)])
   const budget = transcript.budget ?? {}
-  const used = transcript.used
+  const used = budgetUse(transcript)
+  const of = used.turn === null ? "" : ` (turn ${used.turn})`
   const budgets = el(
     "div",
     { class: "budgets", id: "budgets" },
-    budgetBar("steps", used.steps, budget.maxSteps, String),
-    budgetBar("effective steps", used.effectiveSteps, budget.maxEffectiveSteps, String),
-    budgetBar("tokens", used.tokens, budget.maxTokens, String),
-    budgetBar("time", used.elapsed, budget.maxDuration, duration)
+    budgetBar("steps", used.steps, budget.maxSteps, String, of),
+    budgetBar("effective steps", used.effectiveSteps, budget.maxEffectiveSteps, String, of),
+    budgetBar("tokens", used.tokens, budget.maxTokens, String, of),
+    budgetBar("time", used.elapsed, budget.maxDuration, duration, of)
   )
+  const total = used.turn === null
+    ? null
+    : el(
+      "p",
+      { class: "muted", id: "budgets-total" },
+      `The budget is per turn; all ${(transcript.turns ?? []).length} turns: ${transcript.used.steps} steps, ${transcript.used.tokens} tokens, ${duration(transcript.used.elapsed)}.`
+    )
   return el(
     "div",
     { id: "run-header" },
     el("h1", {}, "run ", el("span", { class: "mono", id: "run-id" }, transcript.runId)),
     (transcript.waiting ?? []).length > 0 ? renderWaiting(transcript) : null,
-    el("div", { class: "panel" }, el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])), el("h2", {}, "Budget used"), budgets),
+    el("div", { class: "panel" }, el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])), el("h2", {}, "Budget used"), budgets, total),
     el("div", { class: "panel" }, el("h2", {}, "Task"), pre(transcript.task, { class: "task" }))
   )
 }
@@ -617,7 +799,58 @@ const makeRunView = (priceTable) => {
   const forksSlot = el("div", { id: "forks" })
   const timelineSlot = el("div", {})
   let timelineKey = null
-  main.replaceChildren(header, timelineSlot, snapshotSlot, forksSlot, el("h2", {}, "Steps"), steps, footer)
+  // Jump to a step (design 0371): the step is made if the window had not made it, then scrolled to.
+  const jump = el(
+    "form",
+    { id: "jump", class: "jump" },
+    el("label", {}, "jump to step ", el("input", { type: "number", name: "step", min: "0", inputmode: "numeric", "aria-label": "step" })),
+    el("button", { type: "submit" }, "go")
+  )
+  jump.addEventListener("submit", (event) => {
+    event.preventDefault()
+    const wanted = Number(new FormData(jump).get("step"))
+    if (Number.isInteger(wanted)) scrollToStep(wanted)
+  })
+  main.replaceChildren(header, timelineSlot, snapshotSlot, forksSlot, el("div", { class: "steps-head" }, el("h2", {}, "Steps"), jump), steps, footer)
+  /**
+   * The windowed list (design 0371): past `windowOver` steps, a step's section is made only while
+   * its place is near the viewport (an IntersectionObserver with a margin of screens), and taken
+   * down when it is far again; its place keeps the height it had (or an estimate), so the scroll
+   * bar is the whole run's.
+   */
+  const windowOver = 100
+  const estimate = 320
+  const makers = new Map()
+  const filled = new Set()
+  const fill = (wrap) => {
+    if (filled.has(wrap)) return
+    const make = makers.get(wrap)
+    if (!make) return
+    wrap.replaceChildren(...make())
+    wrap.style.minHeight = ""
+    filled.add(wrap)
+  }
+  const empty = (wrap) => {
+    if (!filled.has(wrap)) return
+    wrap.style.minHeight = `${wrap.offsetHeight}px`
+    wrap.replaceChildren()
+    filled.delete(wrap)
+  }
+  const observer = typeof IntersectionObserver === "function"
+    ? new IntersectionObserver((entries) => {
+      for (const entry of entries) entry.isIntersecting ? fill(entry.target) : empty(entry.target)
+    }, { rootMargin: "1500px 0px" })
+    : null
+  let windowed = false
+  const scrollToStep = (index) => {
+    const found = rendered.get(index)
+    if (!found) return showProblem(`no step ${index} in this run`)
+    showProblem(null)
+    fill(found.node)
+    found.node.scrollIntoView({ block: "start" })
+    // The steps above it may be made now and change height: scrolled again once they are.
+    requestAnimationFrame(() => requestAnimationFrame(() => found.node.scrollIntoView({ block: "start" })))
+  }
   let forksShown = null
   const showForks = async (runId) => {
     try {
@@ -678,7 +911,15 @@ const makeRunView = (priceTable) => {
         snapshotSlot.replaceChildren(renderSnapshot(transcript))
       }
       const tools = new Map((transcript.snapshot?.tools ?? []).map((tool) => [tool.name, tool.replayPolicy]))
-      const context = { finished, suspended: transcript.summary.status === "Suspended", approvals: transcript.approvals ?? [], compactions: transcript.compactions ?? [], replayPolicyOf: (name) => tools.get(name) }
+      const context = {
+        finished,
+        suspended: transcript.summary.status === "Suspended",
+        approvals: transcript.approvals ?? [],
+        compactions: transcript.compactions ?? [],
+        replayPolicyOf: (name) => tools.get(name),
+        requestOf: (step) => requestMessages(transcript, step)
+      }
+      windowed = windowed || (observer !== null && transcript.steps.length > windowOver)
       const resumesAt = (index) => transcript.resumes.filter((r) => r.fromStep === index)
       // A conversation (design 0300): each turn's end after its last step, and the next turn's message before its first.
       const turns = transcript.turns ?? []
@@ -687,7 +928,7 @@ const makeRunView = (priceTable) => {
         turns.filter((t) => t.atStep === index).flatMap((t) => [
           el("div", { class: "turn-end", "data-turn": t.turn }, `turn ${t.turn} ended: ${stopReasonLabel(t.stopReason)} after ${t.counters.steps} steps`),
           ...spoken.filter((m) => m.turn === t.turn + 1).map((m) =>
-            el("div", { class: "turn-message", "data-turn": m.turn }, el("span", { class: "badge turn" }, `turn ${m.turn}`), el("span", { class: "note" }, `message ${m.messageId}`), pre(m.text, { class: "user-message" })))
+            el("div", { class: "turn-message", "data-turn": m.turn }, el("span", { class: "badge turn" }, `turn ${m.turn}`), el("span", { class: "note" }, `message ${m.messageId}`), folded(m.text, { class: "user-message" })))
         ])
       const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40
       let previous = null
@@ -696,13 +937,24 @@ const makeRunView = (priceTable) => {
         const known = rendered.get(step.step)
         let node = known?.node
         if (known === undefined || known.key !== key) {
-          const fresh = el(
-            "div",
-            { class: "step-wrap" },
-            step.step > 0 ? turnsAt(step.step) : [],
-            resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
+          const content = () => [
+            ...(step.step > 0 ? turnsAt(step.step) : []),
+            ...resumesAt(step.step).map((r) => el("div", { class: "resume" }, `↻ resumed at step ${r.fromStep} (${time(r.at)})`)),
             renderStep(step, context)
-          )
+          ]
+          let fresh
+          if (windowed) {
+            fresh = el("div", { class: "step-wrap", "data-step-place": step.step })
+            fresh.style.minHeight = node && filled.has(node) ? `${node.offsetHeight}px` : node?.style.minHeight || `${estimate}px`
+            makers.set(fresh, content)
+            if (node && filled.has(node)) fill(fresh)
+            if (node) {
+              observer.unobserve(node)
+              makers.delete(node)
+              filled.delete(node)
+            }
+            observer.observe(fresh)
+          } else fresh = el("div", { class: "step-wrap", "data-step-place": step.step }, content())
           if (node) node.replaceWith(fresh)
           else if (previous) previous.after(fresh)
           else steps.prepend(fresh)
@@ -738,7 +990,7 @@ const runPage = async (runId) => {
     if (error.status === 404) view.waiting(runId)
     else showProblem(`cannot read the run: ${error.message}`)
   }
-  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/live`)
+  const source = new EventSource(Session.streamUrl(`/api/runs/${encodeURIComponent(runId)}/live`))
   liveSource = source
   let lastId = null
   source.addEventListener("transcript", (event) => {
@@ -846,10 +1098,37 @@ const timelineRows = (transcript) => {
 
 const statusColors = { Executed: "#1a7f37", NotExecuted: "#d9a400", EnvError: "#b42318", NoAction: "#1f5fbf" }
 
+/** The most bars of a timeline chart: longer runs are drawn in buckets of consecutive steps (design 0371). */
+const maxTimelineBars = 200
+
+/** Consecutive rows merged into at most `maxTimelineBars` buckets: their span, summed tokens, worst status, marks. */
+const bucketRows = (rows) => {
+  if (rows.length <= maxTimelineBars) return rows
+  const size = Math.ceil(rows.length / maxTimelineBars)
+  const buckets = []
+  for (let i = 0; i < rows.length; i += size) {
+    const part = rows.slice(i, i + size)
+    const last = part[part.length - 1]
+    buckets.push({
+      step: part[0].step,
+      label: `steps ${part[0].step}–${last.step}`,
+      start: part[0].start,
+      elapsed: last.start + last.elapsed - part[0].start,
+      model: null,
+      input: part.reduce((sum, r) => sum + r.input, 0),
+      output: part.reduce((sum, r) => sum + r.output, 0),
+      status: ["EnvError", "NotExecuted", "Executed", "NoAction"].find((status) => part.some((r) => r.status === status)),
+      marks: [...new Set(part.flatMap((r) => r.marks))]
+    })
+  }
+  return buckets
+}
+
 const renderTimeline = (transcript) => {
-  const rows = timelineRows(transcript)
-  if (rows.length === 0) return el("div", { class: "panel", id: "timeline" }, el("h2", {}, "Timeline"), el("p", { class: "muted" }, "No step has completed yet."))
-  const labels = rows.map((r) => `step ${r.step}${r.marks.length > 0 ? " ↻" : ""}`)
+  const all = timelineRows(transcript)
+  if (all.length === 0) return el("div", { class: "panel", id: "timeline" }, el("h2", {}, "Timeline"), el("p", { class: "muted" }, "No step has completed yet."))
+  const rows = bucketRows(all)
+  const labels = rows.map((r) => `${r.label ?? `step ${r.step}`}${r.marks.length > 0 ? " ↻" : ""}`)
   const statuses = ["Executed", "NotExecuted", "EnvError", "NoAction"].filter((status) => rows.some((r) => r.status === status))
   const timeline = chartBox("chart-timeline", {
     label: "each step as a bar of its duration on the run's step clock",
@@ -898,10 +1177,10 @@ const renderTimeline = (transcript) => {
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "tokens" } } } }
   })
-  const table = dataTable(
+  const table = () => dataTable(
     "timeline-table",
     [["step"], ["starts at", true], ["duration", true], ["model", true], ["tools", true], ["input tokens", true], ["output tokens", true], ["status"], ["marks"]],
-    rows.map((r) => [
+    all.map((r) => [
       [String(r.step), false, { "data-step": r.step }],
       [duration(r.start), true],
       [duration(r.elapsed), true, { "data-elapsed": r.elapsed }],
@@ -913,6 +1192,10 @@ const renderTimeline = (transcript) => {
       [r.marks.join(", "), false, { "data-marks": r.marks.join(",") }]
     ])
   )
+  // The table of every step, made when opened (10,000 rows are not made for a page that never looks).
+  const numbers = el("details", { class: "data" }, el("summary", {}, "the numbers"))
+  if (all.length <= maxTimelineBars) numbers.append(table())
+  else numbers.addEventListener("toggle", () => numbers.open && numbers.querySelector("table") === null && numbers.append(table()))
   return el(
     "div",
     { class: "panel", id: "timeline" },
@@ -923,8 +1206,9 @@ const renderTimeline = (transcript) => {
       "Each completed step as a bar of its duration, coloured by what its actions did; steps where the run was resumed, or whose action was settled again on a resume, are outlined and marked ↻. " +
         "Each bar starts with its model call (grey), then its tools; a step resumed after its reply was logged, or one from a log written before the split was recorded, is one bar."
     ),
+    all.length > rows.length ? el("p", { class: "muted", id: "timeline-buckets" }, `${all.length} steps, drawn as ${rows.length} bars of ${all.length / rows.length > 1 ? Math.ceil(all.length / maxTimelineBars) : 1} consecutive steps each (the numbers have every step).`) : null,
     el("div", { class: "charts" }, el("div", {}, timeline), el("div", {}, tokens)),
-    el("details", { class: "data" }, el("summary", {}, "the numbers"), table)
+    numbers
   )
 }
 
@@ -937,11 +1221,46 @@ const groupLabel = (group) => `${group.agent} · ${group.snapshotHash.slice(0, 8
 const statsParams = () => {
   const params = new URLSearchParams(location.search)
   const keep = new URLSearchParams()
-  for (const name of ["agent", "snapshot"]) {
+  for (const name of ["agent", "snapshot", "page", "agentPage"]) {
     const value = params.get(name)
     if (value) keep.set(name, value)
   }
   return keep
+}
+
+const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`
+
+/** A row's figures after its key cells: runs, stop reasons, steps, effective steps, tokens, resumes, cost. */
+const figureCells = (g, cost, currency) => [
+  [String(g.runs), true],
+  [Object.entries(g.stopReasons).map(([k, v]) => `${k} ${v}`).join(", ")],
+  [`${g.steps.median} / ${g.steps.p90} / ${g.steps.max}`, true],
+  [`${g.effectiveSteps.median} / ${g.effectiveSteps.p90} / ${g.effectiveSteps.max}`, true],
+  [`${g.tokens.median} / ${g.tokens.p90} / ${g.tokens.max}`, true],
+  [`${g.resumedRuns} (${g.resumes})`, true],
+  ...(currency && cost ? [[`${cost.amount.toFixed(6)}${cost.unpriced > 0 ? ` (${cost.unpriced} unpriced)` : ""}`, true, { "data-cost": cost.amount }]] : [])
+]
+
+const figureHeads = (currency) => [["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true], ...(currency ? [[`cost (${currency})`, true]] : [])]
+
+const cellsRow = (attrs, cells) => el("tr", attrs, cells.map(([text, num, more]) => el("td", { class: num ? "num" : undefined, ...(more ?? {}) }, text)))
+
+/** A pager: previous / "page n of m" / next, moving the URL's `param`. */
+const pager = (id, page, count, pageSize, param) => {
+  const pages = Math.max(1, Math.ceil(count / pageSize))
+  const go = (next) => {
+    const params = statsParams()
+    if (next > 1) params.set(param, String(next))
+    else params.delete(param)
+    params.set("view", "stats")
+    history.pushState(null, "", `/?${params}`)
+    route()
+  }
+  const prev = el("button", { type: "button", class: "prev", disabled: page <= 1 }, "← previous")
+  const next = el("button", { type: "button", class: "next", disabled: page >= pages }, "next →")
+  prev.addEventListener("click", () => go(page - 1))
+  next.addEventListener("click", () => go(page + 1))
+  return pages <= 1 ? null : el("div", { class: "pager", id }, prev, el("span", {}, `page ${page} of ${pages}`), next)
 }
 
 const statsPage = async () => {
@@ -956,38 +1275,37 @@ const statsPage = async () => {
     showProblem(`cannot compute the statistics: ${error.message}`)
     return
   }
-  const { groups, finished, histograms, cost, agents } = data
+  const { groups, groupCount, byAgent, chart, finished, histograms, cost, agents } = data
   const currency = cost?.currency ?? null
-  const costs = cost?.groups ?? []
   const totalCost = cost?.total ?? 0
   const unpriced = cost?.unpriced ?? 0
+  const oneAgent = params.get("agent")
   const filter = el(
     "form",
     { class: "filters", id: "stats-filters" },
-    select("agent", "Agent", params.get("agent") ?? "", agents.map((a) => [a, a])),
-    el("span", { class: "muted", id: "stats-count" }, `${finished} finished run${finished === 1 ? "" : "s"} in ${groups.length} configuration${groups.length === 1 ? "" : "s"}`)
+    select("agent", "Agent", oneAgent ?? "", agents.map((a) => [a, a])),
+    el("span", { class: "muted", id: "stats-count" }, `${plural(finished, "finished run")} of ${plural(byAgent.count, "agent")} in ${plural(groupCount, "configuration")}`)
   )
   filter.addEventListener("change", (event) => {
     const next = statsParams()
+    next.delete("page")
+    next.delete("agentPage")
     if (event.target.value) next.set(event.target.name, event.target.value)
     else next.delete(event.target.name)
     next.set("view", "stats")
     history.pushState(null, "", `/?${next}`)
     route()
   })
-  const reasons = [...new Set(groups.flatMap((g) => Object.keys(g.stopReasons)))].sort()
+  const reasons = [...new Set(chart.bars.flatMap((b) => Object.keys(b.stopReasons)))].sort()
   const stopChart = chartBox("chart-stop-reasons", {
-    label: "stop reasons per agent and snapshot (stacked)",
+    label: chart.by === "agent" ? "stop reasons per agent (stacked)" : "stop reasons per snapshot (stacked)",
     type: "bar",
     data: {
-      labels: groups.map(groupLabel),
-      datasets: reasons.map((reason, i) => ({ label: reason, data: groups.map((g) => g.stopReasons[reason] ?? 0), backgroundColor: colorOf(i) }))
+      labels: chart.bars.map((b) => b.label),
+      datasets: reasons.map((reason, i) => ({ label: reason, data: chart.bars.map((b) => b.stopReasons[reason] ?? 0), backgroundColor: colorOf(i) }))
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } } }
   }, true)
-  const stepsBins = histograms.steps
-  const tokenBins = histograms.tokens
-  const timeBins = histograms.overTime
   const histogramChart = (id, label, bins, axis, color) =>
     chartBox(id, {
       label,
@@ -998,40 +1316,105 @@ const statsPage = async () => {
         scales: { x: { title: { display: true, text: axis } }, y: { beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "runs" } } }
       }
     })
-  const table = dataTable(
-    "stats-table",
-    [["agent"], ["snapshot"], ["runs", true], ["stop reasons"], ["steps (median / p90 / max)", true], ["effective steps", true], ["tokens", true], ["resumed runs (resumes)", true], ...(currency ? [[`cost (${currency})`, true]] : [])],
-    groups.map((g, i) => [
-      [g.agent, false, { "data-agent": g.agent }],
-      [g.snapshotHash.slice(0, 12), false, { class: "mono", title: g.snapshotHash }],
-      [String(g.runs), true],
-      [Object.entries(g.stopReasons).map(([k, v]) => `${k} ${v}`).join(", ")],
-      [`${g.steps.median} / ${g.steps.p90} / ${g.steps.max}`, true],
-      [`${g.effectiveSteps.median} / ${g.effectiveSteps.p90} / ${g.effectiveSteps.max}`, true],
-      [`${g.tokens.median} / ${g.tokens.p90} / ${g.tokens.max}`, true],
-      [`${g.resumedRuns} (${g.resumes})`, true],
-      ...(currency ? [[`${costs[i].amount.toFixed(6)}${costs[i].unpriced > 0 ? ` (${costs[i].unpriced} unpriced)` : ""}`, true, { "data-cost": costs[i].amount }]] : [])
-    ])
-  )
+  /** One agent's snapshots, fetched when its row is opened, shown under it. */
+  const expand = async (row, button, agent) => {
+    const shown = [...row.parentNode.querySelectorAll(`tr.snapshot-row`)].filter((r) => r.getAttribute("data-agent") === agent)
+    if (shown.length > 0) {
+      for (const r of shown) r.remove()
+      button.textContent = "▸"
+      button.setAttribute("aria-expanded", "false")
+      return
+    }
+    button.disabled = true
+    try {
+      const detail = await getJson(`/api/stats?${new URLSearchParams({ agent, pageSize: "200" })}`)
+      const rows = detail.groups.map((g, i) =>
+        cellsRow({ class: "snapshot-row", "data-agent": agent, "data-snapshot": g.snapshotHash }, [
+          [""],
+          [el("a", { href: `/?${new URLSearchParams({ view: "stats", agent, snapshot: g.snapshotHash.slice(0, 16) })}`, class: "mono", title: g.snapshotHash }, g.snapshotHash.slice(0, 12))],
+          ...figureCells(g, detail.cost?.groups?.[i], currency)
+        ]))
+      if (detail.groupCount > detail.groups.length) rows.push(el("tr", { class: "snapshot-row", "data-agent": agent }, el("td", { colspan: "9", class: "muted" }, `… ${detail.groupCount - detail.groups.length} more: choose the agent above`)))
+      row.after(...rows)
+      button.textContent = "▾"
+      button.setAttribute("aria-expanded", "true")
+    } catch (error) {
+      showProblem(`cannot read the snapshots of ${agent}: ${error.message}`)
+    } finally {
+      button.disabled = false
+    }
+  }
+  let table
+  if (oneAgent === null) {
+    table = el(
+      "div",
+      {},
+      el(
+        "table",
+        { class: "plain", id: "stats-agents" },
+        el("thead", {}, el("tr", {}, [["agent"], ["snapshots", true], ...figureHeads(currency)].map(([text, num]) => el("th", { class: num ? "num" : undefined }, text)))),
+        el(
+          "tbody",
+          {},
+          byAgent.rows.map((g, i) => {
+            const button = el("button", { type: "button", class: "expand", "aria-expanded": "false", title: `show the snapshots of ${g.agent}` }, "▸")
+            const row = cellsRow({ class: "agent-row", "data-agent": g.agent }, [
+              [el("span", { class: "nowrap" }, button, " ", el("a", { href: `/?${new URLSearchParams({ view: "stats", agent: g.agent })}` }, g.agent)), false, { "data-agent": g.agent }],
+              [String(g.snapshots), true],
+              ...figureCells(g, cost?.agents?.[i], currency)
+            ])
+            button.addEventListener("click", () => void expand(row, button, g.agent))
+            return row
+          })
+        )
+      ),
+      pager("stats-agents-pager", byAgent.page, byAgent.count, byAgent.pageSize, "agentPage")
+    )
+  } else {
+    table = el(
+      "div",
+      {},
+      dataTable(
+        "stats-table",
+        [["agent"], ["snapshot"], ...figureHeads(currency)],
+        groups.map((g, i) => [
+          [g.agent, false, { "data-agent": g.agent }],
+          [g.snapshotHash.slice(0, 12), false, { class: "mono", title: g.snapshotHash }],
+          ...figureCells(g, cost?.groups?.[i], currency)
+        ])
+      ),
+      pager("stats-pager", data.page, groupCount, data.pageSize, "page")
+    )
+  }
   const costLine = currency
     ? el("p", { id: "stats-cost", "data-cost": totalCost }, el("strong", {}, "cost "), money(totalCost, currency), unpriced > 0 ? el("span", { class: "note" }, `${unpriced} run(s) of a model the price table does not price`) : null)
     : el("p", { class: "muted" }, "Start the viewer with --prices <table.json> to see what these tokens cost.")
   main.replaceChildren(
     el("h1", {}, "Statistics"),
-    el("p", { class: "muted" }, "Finished runs, as `polyloop stats --json` counts them (the same figures: hover a bar for its number)."),
+    el("p", { class: "muted" }, "Finished runs, as `polyloop stats` counts them: per agent, each agent's snapshots (configurations) on asking (the same figures: hover a bar for its number)."),
     filter,
-    groups.length === 0
+    finished === 0
       ? el("p", { class: "muted", id: "stats-empty" }, "No finished runs match.")
       : el(
         "div",
         {},
-        el("div", { class: "panel" }, el("h2", {}, "Stop reasons per agent and snapshot"), stopChart, table, costLine),
+        el(
+          "div",
+          { class: "panel" },
+          el("h2", {}, oneAgent === null ? "Stop reasons per agent" : `Stop reasons per snapshot of ${oneAgent}`),
+          chart.left.bars === 0
+            ? null
+            : el("p", { class: "muted", id: "chart-left" }, `The ${chart.bars.length} ${chart.by === "agent" ? "agents" : "snapshots"} with the most runs; ${chart.left.bars} more (${plural(chart.left.runs, "run")}) are in the table.`),
+          stopChart,
+          table,
+          costLine
+        ),
         el(
           "div",
           { class: "charts" },
-          el("div", { class: "panel" }, el("h2", {}, "Steps per run"), histogramChart("chart-steps", "steps per run", stepsBins, "steps", "#1f5fbf")),
-          el("div", { class: "panel" }, el("h2", {}, "Tokens per run"), histogramChart("chart-tokens", "tokens per run", tokenBins, "tokens", "#0f8a8a")),
-          el("div", { class: "panel" }, el("h2", {}, "Runs over time"), histogramChart("chart-over-time", "runs started per period (UTC)", timeBins, "started (UTC)", "#6e3bbf"))
+          el("div", { class: "panel" }, el("h2", {}, "Steps per run"), histogramChart("chart-steps", "steps per run", histograms.steps, "steps", "#1f5fbf")),
+          el("div", { class: "panel" }, el("h2", {}, "Tokens per run"), histogramChart("chart-tokens", "tokens per run", histograms.tokens, "tokens", "#0f8a8a")),
+          el("div", { class: "panel" }, el("h2", {}, "Runs over time"), histogramChart("chart-over-time", "runs started per period (UTC)", histograms.overTime, "started (UTC)", "#6e3bbf"))
         )
       )
   )
@@ -1049,7 +1432,7 @@ const stepFacts = (step) => {
     requestHash: step.reply?.requestHash ?? null,
     reply: reply ? reply.text : null,
     calls: reply ? reply.toolCalls.map((c) => `${c.name} ${c.argumentsText}`).join("\n") : null,
-    results: resultsOf(step).map((r) => `${r.outcome.status}: ${r.outcome.observation}`).join("\n"),
+    results: resultsOf(step).map((r) => `${r.handlerFailed && r.outcome.status === "Executed" ? "tool failed" : r.outcome.status}: ${r.outcome.observation}`).join("\n"),
     decision: step.completion?.decision?._tag ?? null
   }
 }
@@ -1085,16 +1468,49 @@ const diffBlock = (name, left, right) =>
     el("div", { class: "diff", "data-diff": name }, lineDiff(left, right).map(([kind, line]) => el("span", { class: kind }, `${kind === "del" ? "− " : kind === "ins" ? "+ " : "  "}${line}`)))
   )
 
-const stepSide = (step) => {
-  if (!step) return el("div", { class: "side muted" }, "(no such step)")
+/** A step's latency and cost (by the price table; none without one), for comparing. */
+const stepMeta = (step, transcript, table) => {
+  const elapsed = step.completion?.elapsed
+  const model = transcript.snapshot?.agent?.modelSettings?.model
+  const amount = table && step.tokens ? costOf(table, model, step.tokens.input, step.tokens.output) : undefined
+  return el(
+    "div",
+    { class: "step-meta" },
+    el("span", { class: "step-latency", "data-elapsed": elapsed ?? "" }, typeof elapsed === "number" ? duration(elapsed) : "not completed"),
+    step.tokens ? el("span", { class: "note" }, `${step.tokens.input + step.tokens.output} tokens`) : null,
+    amount === undefined ? null : el("span", { class: "step-cost note", "data-cost": amount }, money(amount, table.currency))
+  )
+}
+
+/** Why a run has no step `i` (design 0371): it ended before, it has not run past its fork point, or it has not got there yet. */
+const absentReason = (transcript, i, forkPoint) => {
+  const last = transcript.steps.length === 0 ? null : transcript.steps[transcript.steps.length - 1].step
+  if (transcript.finished) return `${transcript.runId} finished at step ${last ?? 0}`
+  if (forkPoint !== null && (last === null || last < forkPoint)) return `${transcript.runId} has not run past its fork point (step ${forkPoint}) yet`
+  return `${transcript.runId} has not reached step ${i} yet`
+}
+
+const stepSide = (step, transcript, table, absent) => {
+  if (!step) return el("div", { class: "side absent muted" }, absent)
   const facts = stepFacts(step)
   return el(
     "div",
     { class: "side" },
-    facts.reply !== null ? pre(facts.reply, { class: "reply" }) : el("span", { class: "muted" }, "(no reply)"),
-    facts.calls ? pre(facts.calls, { class: "calls" }) : null,
-    facts.results ? pre(facts.results, { class: "observation" }) : null
+    stepMeta(step, transcript, table),
+    facts.reply !== null ? folded(facts.reply, { class: "reply" }) : el("span", { class: "muted" }, "(no reply)"),
+    facts.calls ? folded(facts.calls, { class: "calls" }) : null,
+    facts.results ? folded(facts.results, { class: "observation" }) : null
   )
+}
+
+/** A side's totals over the steps from `from`: steps, time, tokens, cost. */
+const sideTotals = (transcript, from, table) => {
+  const steps = transcript.steps.filter((s) => s.step >= from)
+  const elapsed = steps.reduce((sum, s) => sum + (s.completion?.elapsed ?? 0), 0)
+  const input = steps.reduce((sum, s) => sum + (s.tokens?.input ?? 0), 0)
+  const output = steps.reduce((sum, s) => sum + (s.tokens?.output ?? 0), 0)
+  const amount = table ? costOf(table, transcript.snapshot?.agent?.modelSettings?.model, input, output) : undefined
+  return `${plural(steps.length, "step")}, ${duration(elapsed)}, ${input + output} tokens${amount === undefined ? "" : `, ${money(amount, table.currency)}`}`
 }
 
 const comparePage = async (leftId, rightId) => {
@@ -1102,29 +1518,46 @@ const comparePage = async (leftId, rightId) => {
   closeLive()
   let left
   let right
+  let table
   try {
-    ;[left, right] = await Promise.all([leftId, rightId].map((id) => getJson(`/api/runs/${encodeURIComponent(id)}`)))
+    ;[left, right, table] = await Promise.all([getJson(`/api/runs/${encodeURIComponent(leftId)}`), getJson(`/api/runs/${encodeURIComponent(rightId)}`), prices()])
     showProblem(null)
   } catch (error) {
     showProblem(`cannot read the runs: ${error.message}`)
     return
   }
+  // A fork and its parent (design 0371): the fork's steps before its fork point are the parent's, copied.
+  const fork = right.forkedFrom?.runId === left.runId ? right : left.forkedFrom?.runId === right.runId ? left : null
+  const parent = fork === null ? null : fork === right ? left : right
+  const forkPoint = fork === null ? null : fork.forkedFrom.step
+  const from = forkPoint ?? 0
   const count = Math.max(left.steps.length, right.steps.length)
   const byIndex = (transcript, i) => transcript.steps.find((s) => s.step === i)
+  const forkUnrun = fork !== null && !fork.steps.some((s) => s.step >= forkPoint)
   let first = null
   const rows = []
-  for (let i = 0; i < count; i++) {
+  if (from > 0) {
+    rows.push(
+      el(
+        "div",
+        { class: "compare-row shared-steps" },
+        el("div", { class: "index" }, from === 1 ? "step 0" : `steps 0–${from - 1}`),
+        el("div", { class: "shared" }, `${from === 1 ? "step 0" : `steps 0–${from - 1}`}: copied from `, el("a", { href: runHref(parent.runId) }, parent.runId), ` by the fork (the same records, not run again)`)
+      )
+    )
+  }
+  for (let i = from; i < count; i++) {
     const a = byIndex(left, i)
     const b = byIndex(right, i)
     const same = sameFacts(stepFacts(a), stepFacts(b))
-    if (!same && first === null) first = i
+    if (!same && first === null && !forkUnrun) first = i
     rows.push(
       el(
         "div",
         { class: `compare-row ${same ? "same" : first === i ? "differs first-difference" : "differs"}`, "data-step": i, "data-same": same ? "yes" : "no" },
         el("div", { class: "index" }, `step ${i}`),
-        stepSide(a),
-        stepSide(b)
+        stepSide(a, left, table, absentReason(left, i, left === fork ? forkPoint : null)),
+        stepSide(b, right, table, absentReason(right, i, right === fork ? forkPoint : null))
       )
     )
   }
@@ -1133,7 +1566,8 @@ const comparePage = async (leftId, rightId) => {
     : `different configurations: ${left.snapshotHash.slice(0, 12)} and ${right.snapshotHash.slice(0, 12)}` +
       (right.forkedFrom && right.forkedFrom.runId === left.runId ? ` (${right.forkedFrom.differences.map((d) => d.path).join(", ")})` : "")
   let difference
-  if (first === null) difference = el("p", { id: "no-difference" }, `The runs agree on all ${count} steps.`)
+  if (forkUnrun) difference = el("p", { id: "fork-note" }, `${fork.runId} has not run past its fork point (step ${forkPoint}) yet: it holds the ${plural(forkPoint, "step")} it copied from ${parent.runId}. Run it (Agent.run with its id) to see where it goes.`)
+  else if (first === null) difference = el("p", { id: "no-difference" }, `The runs agree on all ${count} steps.`)
   else {
     const a = stepFacts(byIndex(left, first))
     const b = stepFacts(byIndex(right, first))
@@ -1143,7 +1577,7 @@ const comparePage = async (leftId, rightId) => {
         : a.requestHash !== null && b.requestHash !== null
         ? `the model saw different requests (${a.requestHash.slice(0, 16)}… and ${b.requestHash.slice(0, 16)}…): the steps before are the same, so the difference is in the configuration (${snapshotNote})`
         : "no request fingerprint recorded for this step"
-      : `only ${a ? leftId : rightId} has this step`
+      : absentReason(a ? right : left, first, (a ? right : left) === fork ? forkPoint : null)
     difference = el(
       "div",
       { class: "panel diff-panel", id: "first-difference", "data-step": first },
@@ -1164,7 +1598,15 @@ const comparePage = async (leftId, rightId) => {
         { class: "facts" },
         el("dt", {}, "left (−)"), el("dd", {}, el("a", { href: runHref(leftId), id: "compare-left" }, leftId), ` · ${left.steps.length} steps · ${stopReasonLabel(left.finished?.stopReason) ?? "not finished"}`),
         el("dt", {}, "right (+)"), el("dd", {}, el("a", { href: runHref(rightId), id: "compare-right" }, rightId), ` · ${right.steps.length} steps · ${stopReasonLabel(right.finished?.stopReason) ?? "not finished"}`),
-        el("dt", {}, "configuration"), el("dd", {}, snapshotNote)
+        el("dt", {}, "configuration"), el("dd", {}, snapshotNote),
+        fork === null ? null : [el("dt", {}, "fork"), el("dd", {}, `${fork.runId} is a fork of ${parent.runId} at step ${forkPoint}`)],
+        el("dt", {}, "totals"),
+        el(
+          "dd",
+          { id: "compare-totals" },
+          fork === null ? "all steps: " : `from the fork point (step ${forkPoint}): `,
+          `${leftId} ${sideTotals(left, from, table)} · ${rightId} ${sideTotals(right, from, table)}`
+        )
       )
     ),
     difference,
@@ -1274,5 +1716,21 @@ const route = () => {
   else void listPage()
 }
 
+/** Logs in with the URL's code when it has one (design 0370), then shows the page. */
+const begin = async () => {
+  try {
+    await Session.start()
+  } catch (error) {
+    needsLogin()
+    showProblem(`cannot log in with this URL: ${error.message}`)
+    return
+  }
+  route()
+}
+
 window.addEventListener("popstate", route)
-route()
+// The printed URL opened over this page changes only the fragment: no new document.
+window.addEventListener("hashchange", () => {
+  if (new URLSearchParams(location.hash.slice(1)).has("login")) void begin()
+})
+await begin()

@@ -50,6 +50,18 @@ export const Group = Schema.Struct({
 /** @since 0.1.0 */
 export interface Group extends Schema.Schema.Type<typeof Group> {}
 
+/**
+ * The statistics of one agent over all its snapshots (issue 45): a group's fields but the
+ * snapshot hash, and how many snapshots (configurations) its runs have. What a store of many
+ * configurations is read by first; its snapshots' groups are the detail.
+ */
+export const AgentGroup = Schema.Struct({
+  ...Group.omit("snapshotHash").fields,
+  snapshots: Schema.NonNegativeInt
+})
+/** @since 0.1.0 */
+export interface AgentGroup extends Schema.Schema.Type<typeof AgentGroup> {}
+
 /** Which runs: every given criterion must hold. */
 export interface Filter {
   readonly agent?: string
@@ -139,46 +151,63 @@ export const distribution = (values: ReadonlyArray<number>): Distribution => {
   return { median, p90: sorted[Math.ceil(0.9 * n) - 1]!, max: sorted[n - 1]! }
 }
 
-/**
- * The statistics of the finished runs and the conversations awaiting a message among `logs`
- * (other unfinished ones are left out), grouped and sorted by agent, then snapshot hash.
- */
-export const compute = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<Group> => {
-  const groups = new Map<string, { agent: string; snapshotHash: string; finished: Array<NonNullable<ReturnType<typeof endOf>>> }>()
+type End = NonNullable<ReturnType<typeof endOf>>
+
+/** The counted logs by `key` (agent, or agent and snapshot), each with its agent and snapshot hashes. */
+const gather = (logs: Iterable<RunLog.RunLog>, bySnapshot: boolean) => {
+  const groups = new Map<string, { agent: string; snapshotHash: string; snapshots: Set<string>; finished: Array<End> }>()
   for (const log of logs) {
     if (Option.isNone(log.started)) continue
     const end = endOf(log)
     if (end === undefined) continue
     const agent = agentOf(log)
     const snapshotHash = log.started.value.snapshotHash
-    const key = JSON.stringify([agent, snapshotHash])
-    const group = groups.get(key) ?? { agent, snapshotHash, finished: [] }
+    const key = bySnapshot ? JSON.stringify([agent, snapshotHash]) : agent
+    const group = groups.get(key) ?? { agent, snapshotHash, snapshots: new Set<string>(), finished: [] }
     group.finished.push(end)
+    group.snapshots.add(snapshotHash)
     groups.set(key, group)
   }
   return [...groups.values()]
     .sort((a, b) => (a.agent < b.agent ? -1 : a.agent > b.agent ? 1 : a.snapshotHash < b.snapshotHash ? -1 : a.snapshotHash > b.snapshotHash ? 1 : 0))
-    .map(({ agent, snapshotHash, finished }): Group => {
-      const stopReasons: Record<string, number> = {}
-      for (const f of finished) {
-        const key = StopReason.format(f.stopReason)
-        stopReasons[key] = (stopReasons[key] ?? 0) + 1
-      }
-      const turns = finished.flatMap((f) => (f.turns === undefined ? [] : [f.turns]))
-      return {
-        agent,
-        snapshotHash,
-        runs: finished.length,
-        stopReasons,
-        steps: distribution(finished.map((f) => f.counters.steps)),
-        effectiveSteps: distribution(finished.map((f) => f.counters.effectiveSteps)),
-        tokens: distribution(finished.map((f) => totalTokens(f.counters.usage))),
-        resumedRuns: finished.filter((f) => f.counters.resumedCount > 0).length,
-        resumes: finished.reduce((sum, f) => sum + f.counters.resumedCount, 0),
-        ...(turns.length === 0 ? {} : { conversations: { runs: turns.length, turns: distribution(turns) } })
-      }
-    })
 }
+
+/** The figures of a set of counted runs. */
+const figures = (finished: ReadonlyArray<End>): Omit<Group, "agent" | "snapshotHash"> => {
+  const stopReasons: Record<string, number> = {}
+  for (const f of finished) {
+    const key = StopReason.format(f.stopReason)
+    stopReasons[key] = (stopReasons[key] ?? 0) + 1
+  }
+  const turns = finished.flatMap((f) => (f.turns === undefined ? [] : [f.turns]))
+  return {
+    runs: finished.length,
+    stopReasons,
+    steps: distribution(finished.map((f) => f.counters.steps)),
+    effectiveSteps: distribution(finished.map((f) => f.counters.effectiveSteps)),
+    tokens: distribution(finished.map((f) => totalTokens(f.counters.usage))),
+    resumedRuns: finished.filter((f) => f.counters.resumedCount > 0).length,
+    resumes: finished.reduce((sum, f) => sum + f.counters.resumedCount, 0),
+    ...(turns.length === 0 ? {} : { conversations: { runs: turns.length, turns: distribution(turns) } })
+  }
+}
+
+/**
+ * The statistics of the finished runs and the conversations awaiting a message among `logs`
+ * (other unfinished ones are left out), grouped and sorted by agent, then snapshot hash.
+ */
+export const compute = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<Group> =>
+  gather(logs, true).map(({ agent, finished, snapshotHash }): Group => ({ agent, snapshotHash, ...figures(finished) }))
+
+/**
+ * The statistics of the same runs as `compute`, one group per agent over all its snapshots,
+ * sorted by agent (issue 45): the first table of a store of many configurations.
+ */
+export const computeByAgent = (logs: Iterable<RunLog.RunLog>): ReadonlyArray<AgentGroup> =>
+  gather(logs, false).map(({ agent, finished, snapshots }): AgentGroup => {
+    const { runs, ...rest } = figures(finished)
+    return { agent, runs, snapshots: snapshots.size, ...rest }
+  })
 
 /** The statistics of the store's finished runs and conversations awaiting a message that pass the filter. */
 export const fromStore = (filter: Filter = {}): Effect.Effect<ReadonlyArray<Group>, StoreError, RunLogStore> =>

@@ -65,20 +65,21 @@ export const describeIssues = (error: ParseResult.ParseError): string => {
  */
 export const refusal = (
   headers: Readonly<Record<string, string | undefined>>,
-  allowed: Address.Allowlist = Address.allowlist("127.0.0.1")
+  allowed: Address.Allowlist = Address.allowlist("127.0.0.1"),
+  what = "a decision"
 ): { readonly status: number; readonly tag: string; readonly message: string } | undefined => {
   const type = (headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase()
-  if (type !== "application/json") return { status: 415, tag: "Refused", message: "a decision is a JSON body (content-type: application/json)" }
+  if (type !== "application/json") return { status: 415, tag: "Refused", message: `${what} is a JSON body (content-type: application/json)` }
   const length = headers["content-length"]
-  if (length === undefined) return { status: 411, tag: "LengthRequired", message: "a decision must say its length (content-length)" }
+  if (length === undefined) return { status: 411, tag: "LengthRequired", message: `${what} must say its length (content-length)` }
   if (!(/^\d+$/.test(length.trim()) && Number(length) <= maxBodyBytes)) {
-    return { status: 413, tag: "TooLarge", message: `a decision's body is at most ${maxBodyBytes} bytes` }
+    return { status: 413, tag: "TooLarge", message: `${what}'s body is at most ${maxBodyBytes} bytes` }
   }
   const site = siteRefusal(headers)
   if (site !== undefined) return site
   const origin = headers["origin"]
   if (origin === undefined) return undefined
-  if (origin === "null") return { status: 403, tag: "Refused", message: "a decision must come from this viewer's own page, not from an opaque origin" }
+  if (origin === "null") return { status: 403, tag: "Refused", message: `${what} must come from this viewer's own page, not from an opaque origin` }
   let url: URL
   try {
     url = new URL(origin)
@@ -90,7 +91,7 @@ export const refusal = (
   const originPort = url.port === "" ? 80 : Number(url.port)
   const ok = url.protocol === "http:" && host !== undefined && originHost !== undefined &&
     originHost === host.host && originPort === (host.port ?? 80) && Address.isAllowedHost(originHost, allowed)
-  if (!ok) return { status: 403, tag: "Refused", message: `a decision must come from this viewer's own page, not from ${origin.slice(0, 200)}` }
+  if (!ok) return { status: 403, tag: "Refused", message: `${what} must come from this viewer's own page, not from ${origin.slice(0, 200)}` }
   return undefined
 }
 

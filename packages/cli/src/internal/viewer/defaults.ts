@@ -18,3 +18,6 @@ export const interval: Duration.Duration = Duration.millis(500)
 
 /** The most live streams open at once by default (more answer 503). */
 export const maxStreams = 64
+
+/** The most live streams one client holds open at once by default (design 0370). */
+export const maxStreamsPerClient = 8

@@ -1,6 +1,6 @@
 /**
  * The runs list of `polyloop serve` (`GET /api/runs`): the query (status, agent, stop reason,
- * page) decoded from the URL's search parameters, and the filtering and paging done over the
+ * start day from/to, model, page) decoded from the URL's search parameters, and the filtering and paging done over the
  * store's `listRuns()` (newest first, as the store returns them). See docs/design/0190-viewer.md
  * for why the filters run here and not in the store.
  *
@@ -28,6 +28,12 @@ export const RunsQuery = Schema.Struct({
   agent: OptionalText,
   /** A stop reason's kind (`BudgetExhausted`) or its full label (`BudgetExhausted(Steps)`). */
   stopReason: OptionalText,
+  /** Runs started on or after this day (UTC, `YYYY-MM-DD`). */
+  from: Schema.optional(Schema.String.pipe(Schema.pattern(/^(?:\d{4}-\d{2}-\d{2})?$/))),
+  /** Runs started on or before this day (UTC, `YYYY-MM-DD`). */
+  to: Schema.optional(Schema.String.pipe(Schema.pattern(/^(?:\d{4}-\d{2}-\d{2})?$/))),
+  /** The model the run's snapshot names (`-` for none). */
+  model: OptionalText,
   /** The page, from 1. */
   page: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.greaterThanOrEqualTo(1))),
   pageSize: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxPageSize)))
@@ -56,6 +62,9 @@ const present = (value: string | undefined): value is string => value !== undefi
 export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary): boolean => {
   if (present(query.status) && summary.status !== query.status) return false
   if (present(query.agent) && summary.agent !== query.agent) return false
+  if (present(query.from) && summary.startedAt < Date.parse(`${query.from}T00:00:00Z`)) return false
+  if (present(query.to) && summary.startedAt >= Date.parse(`${query.to}T00:00:00Z`) + 86_400_000) return false
+  if (present(query.model) && (summary.model ?? "-") !== query.model) return false
   if (present(query.stopReason)) {
     const reason = listedStopReason(summary)
     if (reason === undefined) return false
@@ -119,6 +128,7 @@ export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary
     filters: {
       statuses: sortedDistinct(all.map((summary) => summary.status)),
       agents: sortedDistinct(all.map((summary) => summary.agent)),
+      models: sortedDistinct(all.flatMap((summary) => (summary.model === undefined ? [] : [summary.model ?? "-"]))),
       stopReasons: sortedDistinct([...reasons.map((reason) => reason._tag), ...reasons.map(StopReason.format)])
     }
   }

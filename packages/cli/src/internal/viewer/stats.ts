@@ -1,8 +1,11 @@
 /**
- * The statistics page of `polyloop serve` (`GET /api/stats?agent=&snapshot=`, issue 34): the
- * groups `polyloop stats --json` prints (the same `Stats.compute` over the same finished runs,
- * encoded the same way), with the plots' numbers computed here: histograms of steps and tokens
- * per run, runs over time, and costs by the server's price table.
+ * The statistics page of `polyloop serve` (`GET /api/stats?agent=&snapshot=&page=&agentPage=`,
+ * issues 34 and 45): the groups `polyloop stats --json` prints (the same `Stats.compute` over the
+ * same finished runs, encoded the same way) a page at a time, the same runs per agent
+ * (`Stats.computeByAgent`, a page of 25), with the plots' numbers computed here: the stop-reasons
+ * chart (per agent, or per snapshot of one agent; at most 20 bars, the rest counted), histograms
+ * of steps and tokens per run, runs over time (at most 60 periods), and costs by the server's
+ * price table (design 0371).
  *
  * A request is one `listRuns` query (design 0343): a finished run's summary from a store that
  * keeps the details (snapshot hash, model, `RunFinished` counters: the memory and SQL stores)
@@ -27,16 +30,36 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Prices from "./prices.js"
 
+/** How many configurations (agent and snapshot) one page of `groups` holds by default. */
+export const defaultGroupsPageSize = 50
+
+/** How many agents one page of `byAgent` holds. */
+export const agentsPageSize = 25
+
+/** The most bars of a chart: the largest, then one bar for the rest (issue 45). */
+export const maxBars = 20
+
+/** The most periods of the runs-over-time chart (days become weeks, then months). */
+export const maxPeriods = 60
+
+const PageNumber = Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1_000_000)))
+
 /** The search parameters of `GET /api/stats`; an empty value means "no filter". */
 export const StatsQuery = Schema.Struct({
   agent: Schema.optional(Schema.String.pipe(Schema.maxLength(400))),
   /** A prefix of the snapshot hash, 8 characters or more (as `polyloop stats --snapshot`). */
-  snapshot: Schema.optional(Schema.String.pipe(Schema.maxLength(64), Schema.pattern(/^(?:[0-9a-f]{8,64})?$/)))
+  snapshot: Schema.optional(Schema.String.pipe(Schema.maxLength(64), Schema.pattern(/^(?:[0-9a-f]{8,64})?$/))),
+  /** The page of `groups` (configurations), from 1. */
+  page: PageNumber,
+  pageSize: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 200))),
+  /** The page of `byAgent`, from 1. */
+  agentPage: PageNumber
 })
 /** @internal */
 export type StatsQuery = typeof StatsQuery.Type
 
 const encodeGroups = Schema.encodeSync(Schema.Array(Stats.Group))
+const encodeAgentGroups = Schema.encodeSync(Schema.Array(Stats.AgentGroup))
 
 /** A finished run as the index keeps it. */
 interface Entry {
@@ -167,7 +190,18 @@ export const histogram = (values: ReadonlyArray<number>): ReadonlyArray<Bin> => 
   return counts.map((count, i) => ({ label: width === 1 ? String(i) : `${i * width}–${i * width + width - 1}`, count }))
 }
 
-/** Runs per day (UTC), or per hour when they span less than two days, oldest first. */
+/** The Monday (UTC) of a time's week, as `2025-01-27`. */
+const weekOf = (t: number): string => {
+  const date = new Date(t)
+  const day = (date.getUTCDay() + 6) % 7
+  return `week of ${new Date(Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate() - day)).toISOString().slice(0, 10)}`
+}
+
+/**
+ * Runs per hour when they span less than two days, else per day (UTC), oldest first; the first
+ * of day, week or month that gives at most `maxPeriods` bars (a store of a year is 12 months, not
+ * 365 days). Periods without runs are left out.
+ */
 export const overTime = (times: ReadonlyArray<number>): ReadonlyArray<Bin> => {
   if (times.length === 0) return []
   let min = Infinity
@@ -176,20 +210,64 @@ export const overTime = (times: ReadonlyArray<number>): ReadonlyArray<Bin> => {
     if (t < min) min = t
     if (t > max) max = t
   }
-  const hourly = max - min < 2 * 86_400_000
-  const counts = new Map<string, number>()
-  for (const t of [...times].sort((a, b) => a - b)) {
-    const iso = new Date(t).toISOString()
-    const key = hourly ? `${iso.slice(0, 13).replace("T", " ")}:00Z` : iso.slice(0, 10)
-    counts.set(key, (counts.get(key) ?? 0) + 1)
+  const sorted = [...times].sort((a, b) => a - b)
+  const count = (key: (t: number) => string): ReadonlyArray<Bin> => {
+    const counts = new Map<string, number>()
+    for (const t of sorted) {
+      const k = key(t)
+      counts.set(k, (counts.get(k) ?? 0) + 1)
+    }
+    return [...counts.entries()].map(([label, n]) => ({ label, count: n }))
   }
-  return [...counts.entries()].map(([label, count]) => ({ label, count }))
+  if (max - min < 2 * 86_400_000) return count((t) => `${new Date(t).toISOString().slice(0, 13).replace("T", " ")}:00Z`)
+  const daily = count((t) => new Date(t).toISOString().slice(0, 10))
+  if (daily.length <= maxPeriods) return daily
+  const weekly = count(weekOf)
+  return weekly.length <= maxPeriods ? weekly : count((t) => new Date(t).toISOString().slice(0, 7))
+}
+
+/** A bar of the stop-reasons chart: an agent, or a snapshot of one. */
+export interface Bar {
+  readonly label: string
+  readonly agent: string
+  readonly snapshotHash?: string
+  readonly runs: number
+  readonly stopReasons: Readonly<Record<string, number>>
+}
+
+/** A capped chart: its bars, and what was left out (counted: every figure is in the tables). */
+export interface CappedBars {
+  readonly bars: ReadonlyArray<Bar>
+  readonly left: { readonly bars: number; readonly runs: number }
+}
+
+/**
+ * The bars of a stop-reasons chart: the `maxBars` with the most runs (ties: the first given), in
+ * the order given; the rest counted apart. (A bar of "the rest" together would dwarf the others.)
+ */
+export const capBars = (bars: ReadonlyArray<Bar>): CappedBars => {
+  if (bars.length <= maxBars) return { bars, left: { bars: 0, runs: 0 } }
+  const ranked = bars.map((bar, i) => ({ bar, i })).sort((a, b) => b.bar.runs - a.bar.runs || a.i - b.i)
+  const kept = new Set(ranked.slice(0, maxBars).map((r) => r.i))
+  const rest = bars.filter((_, i) => !kept.has(i))
+  return { bars: bars.filter((_, i) => kept.has(i)), left: { bars: rest.length, runs: rest.reduce((sum, bar) => sum + bar.runs, 0) } }
 }
 
 /** The statistics document. */
 export interface Document {
-  /** What `polyloop stats --json` prints for the same filter. */
+  /**
+   * A page of what `polyloop stats --json` prints for the same filter (every group when they fit
+   * in a page): configurations, by agent then snapshot.
+   */
   readonly groups: unknown
+  /** How many configurations the filter selects; the page of `groups` and its size. */
+  readonly groupCount: number
+  readonly page: number
+  readonly pageSize: number
+  /** Per agent over all its snapshots (`polyloop stats` prints these first), a page of `agentsPageSize`. */
+  readonly byAgent: { readonly rows: unknown; readonly count: number; readonly page: number; readonly pageSize: number }
+  /** The stop-reasons chart: per agent, or per snapshot when one agent is selected; at most `maxBars` bars. */
+  readonly chart: CappedBars & { readonly by: "agent" | "snapshot" }
   readonly finished: number
   /** The agents of all finished runs (the filter's choices, whatever the filter). */
   readonly agents: ReadonlyArray<string>
@@ -200,6 +278,8 @@ export interface Document {
     readonly total: number
     readonly unpriced: number
     readonly groups: ReadonlyArray<{ readonly amount: number; readonly unpriced: number }>
+    /** As `byAgent.rows` is ordered. */
+    readonly agents: ReadonlyArray<{ readonly amount: number; readonly unpriced: number }>
   } | null
 }
 
@@ -240,33 +320,59 @@ export const make = (): Effect.Effect<Index> =>
           const selected = entries.filter((e) =>
             (agent === undefined || e.agent === agent) && (snapshot === undefined || e.snapshotHash.startsWith(snapshot))
           )
-          const groups = Stats.compute(selected.map((e) => e.log))
+          const logs = selected.map((e) => e.log)
+          const allGroups = Stats.compute(logs)
+          const allAgents = Stats.computeByAgent(logs)
+          const pageSize = query.pageSize ?? defaultGroupsPageSize
+          const page = Math.min(query.page ?? 1, Math.max(1, Math.ceil(allGroups.length / pageSize)))
+          const groups = allGroups.slice((page - 1) * pageSize, page * pageSize)
+          const agentPage = Math.min(query.agentPage ?? 1, Math.max(1, Math.ceil(allAgents.length / agentsPageSize)))
+          const agentRows = allAgents.slice((agentPage - 1) * agentsPageSize, agentPage * agentsPageSize)
+          const chart = agent === undefined
+            ? { by: "agent" as const, ...capBars(allAgents.map((g) => ({ label: g.agent, agent: g.agent, runs: g.runs, stopReasons: g.stopReasons }))) }
+            : {
+              by: "snapshot" as const,
+              ...capBars(
+                allGroups.map((g) => ({ label: `${g.agent} · ${g.snapshotHash.slice(0, 8)}`, agent: g.agent, snapshotHash: g.snapshotHash, runs: g.runs, stopReasons: g.stopReasons }))
+              )
+            }
           const cost = prices === undefined ? null : (() => {
             const byGroup = new Map<string, { amount: number; unpriced: number }>()
+            const byAgent = new Map<string, { amount: number; unpriced: number }>()
             let total = 0
             let unpriced = 0
             for (const e of selected) {
               const key = JSON.stringify([e.agent, e.snapshotHash])
               const group = byGroup.get(key) ?? { amount: 0, unpriced: 0 }
+              const ofAgent = byAgent.get(e.agent) ?? { amount: 0, unpriced: 0 }
               const amount = Prices.cost(prices, e.model ?? undefined, { input: e.inputTokens, output: e.outputTokens })
               if (amount === undefined) {
                 group.unpriced++
+                ofAgent.unpriced++
                 unpriced++
               } else {
                 group.amount += amount
+                ofAgent.amount += amount
                 total += amount
               }
               byGroup.set(key, group)
+              byAgent.set(e.agent, ofAgent)
             }
             return {
               currency: prices.currency,
               total,
               unpriced,
-              groups: groups.map((g) => byGroup.get(JSON.stringify([g.agent, g.snapshotHash])) ?? { amount: 0, unpriced: 0 })
+              groups: groups.map((g) => byGroup.get(JSON.stringify([g.agent, g.snapshotHash])) ?? { amount: 0, unpriced: 0 }),
+              agents: agentRows.map((g) => byAgent.get(g.agent) ?? { amount: 0, unpriced: 0 })
             }
           })()
           return {
             groups: encodeGroups(groups),
+            groupCount: allGroups.length,
+            page,
+            pageSize,
+            byAgent: { rows: encodeAgentGroups(agentRows), count: allAgents.length, page: agentPage, pageSize: agentsPageSize },
+            chart,
             finished: selected.length,
             agents: [...new Set(entries.map((e) => e.agent))].sort(),
             histograms: {
