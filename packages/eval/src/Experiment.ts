@@ -9,96 +9,48 @@
  * the scores that are missing. `rescore` scores finished runs with other scorers without running
  * an agent.
  *
+ * The definition and its checks are in `internal/definition.ts`, scoring a finished run in
+ * `internal/scoring.ts`; this module runs experiments and re-exports the definition (design 0390).
+ *
  * @since 0.1.0
  */
-import type * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Agent from "@polyloop/core/Agent"
-import type * as AgentDefinition from "@polyloop/core/AgentDefinition"
-import { DecisionParser } from "@polyloop/core/DecisionParser"
 import type { StoreError } from "@polyloop/core/Errors"
 import * as EventSink from "@polyloop/core/EventSink"
 import { RunId } from "@polyloop/core/Ids"
-import type * as ModelClient from "@polyloop/core/ModelClient"
 import type { RunLogStore } from "@polyloop/core/RunLogStore"
-import type * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
-import * as Schema from "effect/Schema"
-import * as Dataset from "./Dataset.js"
+import type * as Dataset from "./Dataset.js"
 import * as ExperimentStore from "./ExperimentStore.js"
+import {
+  type Built,
+  type Experiment,
+  type ExperimentChanged,
+  ExperimentNotFound,
+  type InvalidExperiment,
+  prepare
+} from "./internal/definition.js"
+import { scoreMissing } from "./internal/scoring.js"
 import type * as Scorer from "./Scorer.js"
-import * as ScorerModule from "./Scorer.js"
 
-/** The services a configuration's runs need besides the store and the sink. */
-export type ConfigurationServices = ModelClient.ModelClient | DecisionParser | ActionExecutor.ActionExecutor
-
-/** One configuration: an agent, its tools, and its model, parser and executor as a layer. */
-export interface Configuration<E = never, R = never> {
-  readonly name: string
-  readonly agent: AgentDefinition.AgentDefinition
-  readonly tools: ToolRegistry.ToolRegistry<unknown>
-  /** Built once per start: `Layer.mergeAll(ScriptedModel.layer(…), NativeToolCallParser.layer(), tools.layerExecutor…)`. */
-  readonly services: Layer.Layer<ConfigurationServices, E, R>
-  /** The task of a sample (default: its `input`). */
-  readonly task?: (sample: Dataset.Sample) => string
-}
-
-/** An experiment's definition. */
-export interface Experiment<E = never, R = never> {
-  readonly name: string
-  readonly dataset: Dataset.Dataset<R>
-  readonly configurations: ReadonlyArray<Configuration<E, R>>
-  /** How often each sample runs per configuration (default 1). */
-  readonly epochs?: number
-  readonly scorers: ReadonlyArray<Scorer.Scorer<R>>
-  /** Runs at once (default 4). */
-  readonly concurrency?: number
-  /** Attempts of a run in all, across every start (default 3). */
-  readonly attempts?: number
-}
+export {
+  type Configuration,
+  type ConfigurationServices,
+  diff,
+  Difference,
+  type Experiment,
+  ExperimentChanged,
+  ExperimentNotFound,
+  InvalidExperiment,
+  placeholderTask
+} from "./internal/definition.js"
 
 /** Makes an experiment (the definition as given, typed). */
 export const make = <E = never, R = never>(experiment: Experiment<E, R>): Experiment<E, R> => experiment
-
-/** One difference between the recorded definition and the current one. */
-export const Difference = Schema.Struct({ path: Schema.String, recorded: Schema.Unknown, current: Schema.Unknown })
-/** @since 0.1.0 */
-export interface Difference extends Schema.Schema.Type<typeof Difference> {}
-
-/** A start under a definition other than the recorded one was refused; nothing ran. */
-export class ExperimentChanged extends Schema.TaggedError<ExperimentChanged>()("ExperimentChanged", {
-  experiment: Schema.String,
-  differences: Schema.Array(Difference)
-}) {
-  override get message(): string {
-    const shown = this.differences.slice(0, 5).map((d) => `${d.path}: ${JSON.stringify(d.recorded)} → ${JSON.stringify(d.current)}`)
-    const more = this.differences.length > 5 ? `; and ${this.differences.length - 5} more` : ""
-    return `experiment ${this.experiment} was recorded with another definition (${shown.join("; ")}${more}); use a new experiment name`
-  }
-}
-
-/** A definition that cannot run (a bad name, no configuration, epochs below 1, two scorers of one name). */
-export class InvalidExperiment extends Schema.TaggedError<InvalidExperiment>()("InvalidExperiment", {
-  experiment: Schema.String,
-  issues: Schema.Array(Schema.String)
-}) {
-  override get message(): string {
-    return `experiment ${this.experiment} is not valid: ${this.issues.join("; ")}`
-  }
-}
-
-/** No experiment of this name in the store. */
-export class ExperimentNotFound extends Schema.TaggedError<ExperimentNotFound>()("ExperimentNotFound", {
-  experiment: Schema.String
-}) {
-  override get message(): string {
-    return `no experiment ${this.experiment} in this store`
-  }
-}
 
 /** The key of a run within its experiment. */
 export const keyOf = (configuration: string, sampleId: string, epoch: number): string => `${configuration}/${sampleId}/${epoch}`
@@ -174,54 +126,7 @@ export type RunFailure<E> =
 /** What `run` needs. */
 export type RunRequirements<R> = RunLogStore | ExperimentStore.ExperimentStore | R
 
-const validate = <E, R>(experiment: Experiment<E, R>): ReadonlyArray<string> => {
-  const issues: Array<string> = []
-  const valid = (what: string, name: string) => {
-    if (!Dataset.namePattern.test(name)) issues.push(`${what} ${JSON.stringify(name)}: 1 to 64 characters of A-Z a-z 0-9 . _ : -`)
-  }
-  valid("the experiment name", experiment.name)
-  if (experiment.configurations.length === 0) issues.push("no configuration")
-  const seen = new Set<string>()
-  for (const c of experiment.configurations) {
-    valid("the configuration name", c.name)
-    if (seen.has(c.name)) issues.push(`two configurations named ${c.name}`)
-    seen.add(c.name)
-  }
-  const scorers = new Set<string>()
-  for (const s of experiment.scorers) {
-    valid("the scorer name", s.name)
-    if (scorers.has(s.name)) issues.push(`two scorers named ${s.name}`)
-    scorers.add(s.name)
-  }
-  const epochs = experiment.epochs ?? 1
-  if (!Number.isInteger(epochs) || epochs < 1) issues.push(`epochs must be a whole number of 1 or more, not ${epochs}`)
-  const concurrency = experiment.concurrency ?? 4
-  if (!Number.isInteger(concurrency) || concurrency < 1) issues.push(`concurrency must be a whole number of 1 or more, not ${concurrency}`)
-  const attempts = experiment.attempts ?? 3
-  if (!Number.isInteger(attempts) || attempts < 1) issues.push(`attempts must be a whole number of 1 or more, not ${attempts}`)
-  return issues
-}
-
-/** The differences of two definitions, path by path. */
-export const diff = (recorded: unknown, current: unknown, path: string = ""): ReadonlyArray<Difference> => {
-  if (recorded === current) return []
-  const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object"
-  if (isObject(recorded) && isObject(current) && Array.isArray(recorded) === Array.isArray(current)) {
-    const keys = [...new Set([...Object.keys(recorded), ...Object.keys(current)])].sort()
-    return keys.flatMap((key) => diff(recorded[key], current[key], Array.isArray(current) ? `${path}[${key}]` : path === "" ? key : `${path}.${key}`))
-  }
-  return [{ path: path === "" ? "(root)" : path, recorded: recorded ?? null, current: current ?? null }]
-}
-
-/** The placeholder task a configuration's snapshot hash is computed with. */
-export const placeholderTask = "{sample.input}"
-
-interface Built {
-  readonly configuration: Configuration<unknown, unknown>
-  readonly context: Context.Context<ConfigurationServices>
-  readonly snapshotHash: string
-}
-
+/** A run this start will attempt. */
 interface Planned {
   readonly built: Built
   readonly sample: Dataset.Sample
@@ -238,101 +143,6 @@ export const answerOf = (result: Agent.RunResult): string =>
 /** Is a run's failure worth another attempt? A definition problem is not. */
 const retryable = (error: { readonly _tag: string }): boolean =>
   error._tag !== "SnapshotMismatch" && error._tag !== "InvalidRunRequest" && error._tag !== "ExecutorRegistryMismatch"
-
-/**
- * Loads, checks and records the definition; returns the samples and the built configurations.
- * Everything that can be refused is refused here, before any run.
- */
-const prepare = <E, R>(experiment: Experiment<E, R>) =>
-  Effect.gen(function*() {
-    const issues = validate(experiment)
-    if (issues.length > 0) return yield* new InvalidExperiment({ experiment: experiment.name, issues })
-    const samples = yield* experiment.dataset.load
-    const built: Array<Built> = []
-    for (const configuration of experiment.configurations) {
-      const context = yield* Layer.build(configuration.services)
-      const parser = Context.get(context, DecisionParser)
-      const snapshot = Agent.snapshotOf({ runId: RunId.make("experiment"), agent: configuration.agent, task: placeholderTask, tools: configuration.tools }, parser.id)
-      built.push({ configuration: configuration as Configuration<unknown, unknown>, context, snapshotHash: snapshot.hash })
-    }
-    const definition: ExperimentStore.Definition = {
-      name: experiment.name,
-      dataset: { source: experiment.dataset.source, hash: Dataset.hash(samples), samples: samples.length },
-      epochs: experiment.epochs ?? 1,
-      configurations: built.map((b) => ({ name: b.configuration.name, agent: b.configuration.agent.name, snapshotHash: b.snapshotHash })),
-      scorers: experiment.scorers.map((s) => ({ name: s.name, version: s.version }))
-    }
-    const records = yield* ExperimentStore.ExperimentStore
-    const recorded = yield* records.definition(experiment.name)
-    if (Option.isSome(recorded)) {
-      // The dataset's source may move (another path to the same file): its hash decides.
-      const differences = diff(
-        { ...recorded.value, dataset: { ...recorded.value.dataset, source: "" } },
-        { ...definition, dataset: { ...definition.dataset, source: "" } }
-      )
-      if (differences.length > 0) return yield* new ExperimentChanged({ experiment: experiment.name, differences })
-    } else {
-      yield* records.setDefinition(experiment.name, definition)
-    }
-    return { samples, built, definition }
-  })
-
-/**
- * Scores the runs of `outcomes` that lack a score of any of `scorers` (or, with `regrade`, every
- * model-graded score again); returns how many it wrote.
- */
-const scoreMissing = <R>(
-  experiment: string,
-  samples: ReadonlyMap<string, Dataset.Sample>,
-  scorers: ReadonlyArray<Scorer.Scorer<R>>,
-  outcome: ExperimentStore.Outcome,
-  index: ExperimentStore.Index,
-  regrade: boolean
-) =>
-  Effect.gen(function*() {
-    const records = yield* ExperimentStore.ExperimentStore
-    const sample = samples.get(outcome.sampleId)
-    if (sample === undefined) return 0
-    let written = 0
-    for (const scorer of scorers) {
-      const present = index.scores.has(ExperimentStore.scoreKey(scorer.name, outcome.key))
-      if (present && !(regrade && scorer.graded)) continue
-      const score = yield* Effect.flatMap(
-        scorer.score({
-          sample,
-          answer: outcome.answer,
-          result: outcome.result,
-          runId: outcome.runId,
-          configuration: outcome.configuration,
-          epoch: outcome.epoch
-        }),
-        (returned) => checkedScore(scorer.name, outcome, returned)
-      )
-      yield* records.putScore(experiment, { key: outcome.key, scorer: scorer.name, version: scorer.version, score })
-      written++
-    }
-    return written
-  })
-
-const decodeScore = Schema.decodeUnknownEither(ScorerModule.Score)
-
-/**
- * What a scorer returned, as a score (issue 44): a `Score` whose value is a finite number; else
- * `ScorerError` naming the scorer, the run and its sample — a scorer written in JavaScript (or
- * cast) can return anything, and it must not reach the store as a record that cannot be written.
- */
-const checkedScore = (scorer: string, outcome: ExperimentStore.Outcome, returned: unknown): Effect.Effect<Scorer.Score, Scorer.ScorerError> => {
-  const decoded = decodeScore(returned)
-  if (decoded._tag === "Right" && Number.isFinite(decoded.right.value)) return Effect.succeed(decoded.right)
-  const shown = typeof returned === "number" ? String(returned) : JSON.stringify(returned) ?? String(returned)
-  return Effect.fail(
-    new ScorerModule.ScorerError({
-      scorer,
-      runId: outcome.runId,
-      detail: `returned ${shown.length > 80 ? `${shown.slice(0, 80)}…` : shown} for sample ${outcome.sampleId}, not a score (a finite number, or { value: <finite number> })`
-    })
-  )
-}
 
 /**
  * Runs the experiment: records or checks its definition, then finishes what is unfinished,

@@ -7,6 +7,9 @@
  * bootstrap draws from Effect's `Random` seeded with a fixed seed, in sample-id order, so the
  * same records give the same bytes every time.
  *
+ * The formulas are in `internal/statistics.ts`; this module loads the records, computes, compares
+ * and encodes the results, and re-exports the formulas (design 0390).
+ *
  * @since 0.1.0
  */
 import type { StoreError } from "@polyloop/core/Errors"
@@ -14,16 +17,13 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as StopReason from "@polyloop/core/StopReason"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
-import { mean, quantileSorted, sampleStandardDeviation } from "simple-statistics"
+import { mean } from "simple-statistics"
 import { ExperimentNotFound } from "./Experiment.js"
 import * as ExperimentStore from "./ExperimentStore.js"
+import { bootstrap, clusteredStderr, Interval, overallMean, paired, pooledMean, seeded } from "./internal/statistics.js"
 
-/** A confidence interval. */
-export const Interval = Schema.Struct({ lower: Schema.Number, upper: Schema.Number })
-/** @since 0.1.0 */
-export interface Interval extends Schema.Schema.Type<typeof Interval> {}
+export { bootstrap, type Clusters, clusteredStderr, Interval, overallMean, paired, seeded } from "./internal/statistics.js"
 
 /** One scorer's statistics over one configuration. */
 export const ScoreStats = Schema.Struct({
@@ -115,53 +115,6 @@ export interface Options {
   /** Bootstrap resamples (default 2000). */
   readonly resamples?: number
 }
-
-/** Values grouped by cluster, in cluster order. */
-export type Clusters = ReadonlyArray<ReadonlyArray<number>>
-
-/** The standard error of the mean of per-cluster means: sample standard deviation / √n. */
-export const clusteredStderr = (clusters: Clusters): number | null => {
-  if (clusters.length < 2) return null
-  const means = clusters.map((c) => mean(c))
-  return sampleStandardDeviation(means) / Math.sqrt(means.length)
-}
-
-/** The mean over every observation. */
-export const overallMean = (clusters: Clusters): number => mean(clusters.flat())
-
-/**
- * The 95% percentile bootstrap interval of `statistic` over clusters: `resamples` times, draw as
- * many clusters as there are with replacement (from `Random`), compute the statistic; the 2.5%
- * and 97.5% quantiles. Null with fewer than two clusters.
- */
-export const bootstrap = <A>(
-  clusters: ReadonlyArray<A>,
-  statistic: (drawn: ReadonlyArray<A>) => number,
-  resamples: number
-): Effect.Effect<Interval | null> =>
-  Effect.gen(function*() {
-    const n = clusters.length
-    if (n < 2) return null
-    const values = new Array<number>(resamples)
-    const drawn = new Array<A>(n)
-    for (let r = 0; r < resamples; r++) {
-      for (let i = 0; i < n; i++) drawn[i] = clusters[yield* Random.nextIntBetween(0, n)]!
-      values[r] = statistic(drawn)
-    }
-    values.sort((x, y) => x - y)
-    return { lower: quantileSorted(values, 0.025), upper: quantileSorted(values, 0.975) }
-  })
-
-const pooledMean = (drawn: ReadonlyArray<ReadonlyArray<number>>): number => {
-  let sum = 0
-  let count = 0
-  for (const c of drawn) for (const v of c) (sum += v, count++)
-  return sum / count
-}
-
-/** Runs `effect` with `Random` seeded from `seed`. */
-export const seeded = <A, E, R>(seed: string, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.withRandom(effect, Random.make(seed))
 
 interface Loaded {
   readonly definition: ExperimentStore.Definition
@@ -264,26 +217,6 @@ export const compute = (experiment: string, options: Options = {}): Effect.Effec
       configurations
     }
   }).pipe(Effect.withSpan("Results.compute", { attributes: { "polyloop.experiment": experiment } }))
-
-/**
- * The paired comparison of per-sample mean differences (B − A): mean, standard error, Student's
- * paired t statistic (mean / standard error, n − 1 in the deviation) and a 95% percentile bootstrap.
- */
-export const paired = (differences: ReadonlyArray<number>, resamples: number): Effect.Effect<{
-  readonly difference: number
-  readonly stderr: number | null
-  readonly t: number | null
-  readonly ci: Interval | null
-}> =>
-  Effect.gen(function*() {
-    const difference = mean(differences)
-    if (differences.length < 2) return { difference, stderr: null, t: null, ci: null }
-    // Student's t with the sample standard deviation (n − 1): simple-statistics' `tTest` divides
-    // by the population one, which gives 4.28 instead of R's 4.0621 on the sleep data.
-    const stderr = sampleStandardDeviation(differences) / Math.sqrt(differences.length)
-    const ci = yield* bootstrap(differences, (drawn) => mean(drawn), resamples)
-    return { difference, stderr, t: stderr === 0 ? null : difference / stderr, ci }
-  })
 
 /** Compares configurations `a` and `b` of an experiment under `scorer` (default: the first scorer) on the samples both have. */
 export const compare = (

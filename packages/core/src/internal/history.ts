@@ -12,6 +12,11 @@ import type { ParsedReply } from "../ParsedReply.js"
 import type * as RunLog from "../RunLog.js"
 import * as SyntheticObservations from "../SyntheticObservations.js"
 import type { ToolRegistry } from "../ToolRegistry.js"
+import { actionName, callIdOf, syntheticCallId } from "./actions.js"
+
+// What an action is called lives in `actions.ts` (design 0390: `tracing.ts` needs it without
+// this module, which needs `ToolRegistry`); re-exported for the loop's modules.
+export { actionName, callIdOf, syntheticCallId }
 
 /** @internal */
 export type Messages = Array<Message.Message>
@@ -61,16 +66,6 @@ export const initial = (systemPrompt: string, task: string): Messages => [
   { _tag: "System", text: systemPrompt },
   { _tag: "User", text: task }
 ]
-
-/** The name the synthetic templates use for an action: the tool's name or the code's language. @internal */
-export const actionName = (action: Action): string => (action._tag === "ToolCall" ? action.name : action.language)
-
-/** The deterministic call id of the action at `index` of a step: `call_<step>`, then `call_<step>_<index>`. @internal */
-export const syntheticCallId = (step: number, index: number): string => (index === 0 ? `call_${step}` : `call_${step}_${index}`)
-
-/** The call id of the action at `index` of a step: the model's id, or the deterministic one when it has none. @internal */
-export const callIdOf = (action: Action, step: number, index: number = 0): string =>
-  action._tag === "ToolCall" && action.id !== "" ? action.id : syntheticCallId(step, index)
 
 /**
  * A reply whose tool calls without an id (an empty one: Gemini's OpenAI endpoint, a client that

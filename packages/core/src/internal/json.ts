@@ -4,6 +4,10 @@
  * object candidates in free text. Everything here is total (never throws) and linear in the
  * input: no regular expression runs over model text.
  *
+ * Why one file: most of it is one linear parser (`firstProblem`, an explicit-stack scan of one
+ * text), and the candidate scan reads the same bytes with the same byte classes and quoting
+ * rules; apart, the two would have to agree on them across a module boundary (design 0390).
+ *
  * @internal
  */
 

@@ -25,6 +25,11 @@
  * (dropped), and non-plain objects (`Date`, `Map`, class instances) where a JSON value is
  * expected (`toJSON` or nothing).
  *
+ * Why one file: the writer is one compiler over the Schema AST whose parts call each other
+ * recursively (`compile` dispatches to the struct, union, refinement, array and transformation
+ * compilers, each of which compiles its members with `compile`); split, they would import each
+ * other in a circle (design 0390).
+ *
  * @internal
  */
 import * as Either from "effect/Either"

@@ -10,7 +10,7 @@ import type * as Tracer from "effect/Tracer"
 import type { Action } from "../Action.js"
 import type { ModelReply } from "../ModelReply.js"
 import type { ModelSettings } from "../ModelSettings.js"
-import * as History from "./history.js"
+import { actionName } from "./actions.js"
 
 /** Effect's built-in tracer. @internal */
 export const builtInTracer: Tracer.Tracer = Effect.runSync(Effect.tracer)
@@ -81,7 +81,7 @@ export const annotateReply = (reply: ModelReply): Effect.Effect<void> => {
 
 /** The action span's attributes: an `execute_tool` naming the tool (or the code's language) and the call. @internal */
 export const actionAttributes = (runId: string, step: number, index: number, action: Action, callId: string): Record<string, unknown> => {
-  const name = History.actionName(action)
+  const name = actionName(action)
   const attributes: Record<string, unknown> = {
     "polyloop.run_id": runId,
     "polyloop.step": step,
