@@ -9,6 +9,7 @@
  *
  * @internal
  */
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -185,7 +186,17 @@ export const execute = (given: RunRequest, message: SentMessage | undefined): Ef
           state: State.fresh(messages),
           gate: undefined,
           conversation,
-          inbox: undefined
+          inbox: undefined,
+          runChild: (child, services) =>
+            Effect.provide(
+              execute(child, undefined),
+              Context.make(RunLogStore, store).pipe(
+                Context.add(EventSink.EventSink, sink),
+                Context.add(ModelClient, services.model),
+                Context.add(DecisionParser, services.parser),
+                Context.add(ActionExecutor, services.executor)
+              )
+            )
         }
         // What a token budget can never drop — the tools, the system prompt, the task — must fit
         // in it, or the policy cannot keep its promise: refused before anything is written (design 0361).

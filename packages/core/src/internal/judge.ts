@@ -8,8 +8,9 @@
 import * as Duration from "effect/Duration"
 import * as Option from "effect/Option"
 import type { BudgetItem, ConversationBudget } from "../Budget.js"
-import { type Run } from "./run.js"
-import { StopReason } from "../StopReason.js"
+import type { Run } from "./run.js"
+import * as State from "./state.js"
+import type { StopReason } from "../StopReason.js"
 
 /**
  * The stop judgment of SPEC §9 over the last step's results (design 0150), in order: an
@@ -52,11 +53,11 @@ export const judge = (run: Run): StopReason | undefined => {
   // A budget is per turn (design 0300): a single-task run is one turn, counted from zero.
   const budget = run.request.agent.budget
   const from = state.turnStart
-  if (state.steps - from.steps >= budget.maxSteps) return { _tag: "BudgetExhausted", budget: "Steps" }
+  if (stepsSpent(state, from) >= budget.maxSteps) return { _tag: "BudgetExhausted", budget: "Steps" }
   if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps - from.effectiveSteps >= budget.maxEffectiveSteps) {
     return { _tag: "BudgetExhausted", budget: "EffectiveSteps" }
   }
-  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens - from.inputTokens - from.outputTokens >= budget.maxTokens) {
+  if (budget.maxTokens !== undefined && tokensSpent(state, from) >= budget.maxTokens) {
     return { _tag: "BudgetExhausted", budget: "Tokens" }
   }
   if (run.maxDurationMillis !== undefined && state.elapsed - from.elapsed >= run.maxDurationMillis) {
@@ -68,9 +69,18 @@ export const judge = (run: Run): StopReason | undefined => {
 /** The item of a conversation's budget its totals (every turn, from the first step) have reached. */
 export const conversationExhausted = (run: Run, budget: ConversationBudget): BudgetItem | undefined => {
   const state = run.state
-  if (budget.maxSteps !== undefined && state.steps >= budget.maxSteps) return "Steps"
+  if (budget.maxSteps !== undefined && stepsSpent(state) >= budget.maxSteps) return "Steps"
   if (budget.maxEffectiveSteps !== undefined && state.effectiveSteps >= budget.maxEffectiveSteps) return "EffectiveSteps"
-  if (budget.maxTokens !== undefined && state.inputTokens + state.outputTokens >= budget.maxTokens) return "Tokens"
+  if (budget.maxTokens !== undefined && tokensSpent(state) >= budget.maxTokens) return "Tokens"
   if (budget.maxDuration !== undefined && state.elapsed >= Duration.toMillis(budget.maxDuration)) return "Duration"
   return undefined
 }
+
+/** Steps spent since `from` (the run's start when absent): the run's own and its children's (design 0392). */
+export const stepsSpent = (state: State.State, from?: State.TurnStart): number =>
+  state.steps + state.children.steps - (from === undefined ? 0 : from.steps + from.children.steps)
+
+/** Tokens spent since `from` (the run's start when absent): the run's own and its children's (design 0392). */
+export const tokensSpent = (state: State.State, from?: State.TurnStart): number =>
+  state.inputTokens + state.outputTokens + State.childTokens(state) -
+  (from === undefined ? 0 : from.inputTokens + from.outputTokens + from.children.inputTokens + from.children.outputTokens)

@@ -11,6 +11,7 @@ import * as Inbox from "./inbox.js"
 import * as History from "./history.js"
 import * as Rendering from "./rendering.js"
 import { andThen, asStep, emit, type LoopError, type Run, span } from "./run.js"
+import * as State from "./state.js"
 import * as Step from "./step.js"
 import { type ModelReply } from "../ModelReply.js"
 import * as RunLog from "../RunLog.js"
@@ -50,6 +51,8 @@ export const runStep = (run: Run): Effect.Effect<void, LoopError> => {
   return span(run, "Agent.step", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step }))(body)
 }
 
+const childrenOf = (children: RunLog.ChildTotals | undefined) => children === undefined ? {} : { children }
+
 /** Appends `RunFinished` and emits its event. */
 export const finish = (run: Run, stopReason: StopReason) =>
   Effect.gen(function*() {
@@ -65,7 +68,8 @@ export const finish = (run: Run, stopReason: StopReason) =>
         effectiveSteps: state.effectiveSteps,
         usage: { inputTokens: state.inputTokens, outputTokens: state.outputTokens },
         elapsed: state.elapsed,
-        resumedCount: state.resumedCount
+        resumedCount: state.resumedCount,
+        ...childrenOf(State.childTotals(state.children))
       },
       eventDeliveryFailures: state.eventDeliveryFailures
     }
@@ -84,7 +88,8 @@ export const finish = (run: Run, stopReason: StopReason) =>
           effectiveSteps: state.effectiveSteps - from.effectiveSteps,
           usage: { inputTokens: state.inputTokens - from.inputTokens, outputTokens: state.outputTokens - from.outputTokens },
           elapsed: state.elapsed - from.elapsed,
-          resumedCount: state.resumedCount
+          resumedCount: state.resumedCount,
+          ...childrenOf(State.childTotals(state.children, from.children))
         }
       }
       yield* run.store.appendTurn(run.runId, ended)

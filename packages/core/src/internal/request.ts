@@ -53,7 +53,12 @@ export const RunResult = Schema.Struct({
    */
   eventDeliveryFailures: Schema.NonNegativeInt,
   /** A conversation's turn (design 0300): the counters are that turn's. Absent for a single-task run. */
-  turn: Schema.optional(Schema.NonNegativeInt)
+  turn: Schema.optional(Schema.NonNegativeInt),
+  /**
+   * What the run's sub-agents cost, over all descendants (design 0392); absent when it had none.
+   * `steps` and `usage` above are the run's own.
+   */
+  children: Schema.optional(RunLog.ChildTotals)
 })
 /** @since 0.1.0 */
 export interface RunResult extends Schema.Schema.Type<typeof RunResult> {}
@@ -69,7 +74,8 @@ export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult 
   effectiveSteps: finished.counters.effectiveSteps,
   usage: finished.counters.usage,
   resumedCount: finished.counters.resumedCount,
-  eventDeliveryFailures: finished.eventDeliveryFailures
+  eventDeliveryFailures: finished.eventDeliveryFailures,
+  ...(finished.counters.children === undefined ? {} : { children: finished.counters.children })
 })
 
 /**
@@ -88,5 +94,6 @@ export const turnResultOf = (runId: RunId, ended: RunLog.TurnFinished): RunResul
   usage: ended.counters.usage,
   resumedCount: ended.counters.resumedCount,
   eventDeliveryFailures: 0,
-  turn: ended.turn
+  turn: ended.turn,
+  ...(ended.counters.children === undefined ? {} : { children: ended.counters.children })
 })

@@ -22,7 +22,7 @@ import type * as Fingerprint from "./fingerprint.js"
 import type * as History from "./history.js"
 import type * as Rendering from "./rendering.js"
 import type { Inbox } from "./inbox.js"
-import type { RunRequest } from "./request.js"
+import type { RunRequest, RunResult } from "./request.js"
 import type * as State from "./state.js"
 
 /** What the loop can fail with (the suspension of a run waiting for decisions included). @internal */
@@ -37,6 +37,13 @@ export interface Gate {
   readonly fresh: boolean
   /** The step has no requests yet though some call needs approval: request now and suspend. */
   readonly requestNow: boolean
+}
+
+/** The services a sub-agent's child run runs with (design 0392). @internal */
+export interface ChildServices {
+  readonly executor: ActionExecutor.Service
+  readonly model: ModelClient.Service
+  readonly parser: DecisionParser.Service
 }
 
 /** Everything one attempt of a run works with. Owned by the run's fiber. @internal */
@@ -78,6 +85,12 @@ export interface Run {
   readonly conversation: boolean
   /** A conversation's queued and held messages (design 0300, decision 8). */
   inbox: Inbox | undefined
+  /**
+   * Runs a sub-agent's child (design 0392): `Agent.run` on its request, with the parent's store,
+   * event sink and context and the given services. Set by the attempt, so the step does not
+   * import it.
+   */
+  readonly runChild: (request: RunRequest, services: ChildServices) => Effect.Effect<RunResult, RunError>
 }
 
 /**
