@@ -12,10 +12,12 @@ import { createHash } from "node:crypto"
 import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as FiberRef from "effect/FiberRef"
 import type { ToolCall } from "../Action.js"
 import * as ActionOutcome from "../ActionOutcome.js"
 import type * as AgentDefinition from "../AgentDefinition.js"
 import type { DecisionParser } from "../DecisionParser.js"
+import type { StoreError } from "../Errors.js"
 import { type RunId, runId as makeRunId } from "../Ids.js"
 import type { ModelClient } from "../ModelClient.js"
 import type * as RunLog from "../RunLog.js"
@@ -79,6 +81,17 @@ export const capped = (run: Run, agent: AgentDefinition.AgentDefinition): AgentD
   return { ...agent, budget: { ...agent.budget, maxSteps, ...(maxTokens === undefined ? {} : { maxTokens }) } }
 }
 
+/**
+ * Where a child without a model of its own gets one other than its parent's (design 0392): set
+ * by `Replay.run`, which serves each child the recorded child's replies. `undefined` for the
+ * parent's model.
+ * @internal
+ */
+export type ChildModels = (parentRunId: RunId, childRunId: RunId, step: number, callId: string) => Effect.Effect<ModelClient.Service | undefined, StoreError>
+
+/** @internal */
+export const childModels: FiberRef.FiberRef<ChildModels | undefined> = FiberRef.unsafeMake<ChildModels | undefined>(undefined)
+
 /** What a sub-agent's call reports: its outcome, and its child. @internal */
 export interface Report {
   readonly outcome: ActionOutcome.ActionOutcome
@@ -128,7 +141,11 @@ export const call = (run: Run, step: number, action: ToolCall, callId: string): 
   const validated = run.request.tools.validate(action)
   if (Either.isLeft(validated)) return Effect.succeed({ outcome: ActionOutcome.notExecuted(validated.left.message), handlerFailed: false })
   const childId = childRunId(run.runId, step, callId)
-  return Effect.flatMap(spec.executor(run.derived?.captured), (executor) => {
+  const model: Effect.Effect<ModelClient.Service, StoreError> = spec.model !== undefined
+    ? Effect.succeed(spec.model)
+    : Effect.flatMap(FiberRef.get(childModels), (models) =>
+      models === undefined ? Effect.succeed(run.model) : Effect.map(models(run.runId, childId, step, callId), (served) => served ?? run.model))
+  return Effect.flatMap(Effect.zip(spec.executor(run.derived?.captured), model), ([executor, childModel]) => {
     const request: RunRequest = {
       runId: childId,
       agent: spec.capBudget ? capped(run, spec.agent) : spec.agent,
@@ -136,7 +153,7 @@ export const call = (run: Run, step: number, action: ToolCall, callId: string): 
       tools: spec.tools,
       streaming: run.streaming
     }
-    const services: ChildServices = { executor, model: spec.model ?? run.model, parser: spec.parser ?? run.parser }
+    const services: ChildServices = { executor, model: childModel, parser: spec.parser ?? run.parser }
     return Effect.map(run.runChild(request, services), (result) => outcomeOf(action.name, result))
   }).pipe(span(run, "Agent.subAgent", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step, "polyloop.child_run_id": childId })))
 }

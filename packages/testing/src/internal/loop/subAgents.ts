@@ -9,16 +9,24 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as ActionExecutor from "@polyloop/core/ActionExecutor"
 import * as Approval from "@polyloop/core/Approval"
+import * as DecisionParser from "@polyloop/core/DecisionParser"
+import * as EventSink from "@polyloop/core/EventSink"
+import * as Fork from "@polyloop/core/Fork"
 import * as Ids from "@polyloop/core/Ids"
 import * as ModelReply from "@polyloop/core/ModelReply"
 import type * as ModelClient from "@polyloop/core/ModelClient"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as RunLog from "@polyloop/core/RunLog"
+import * as Replay from "@polyloop/core/Replay"
 import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SubAgent from "@polyloop/core/SubAgent"
 import * as Tool from "@polyloop/core/Tool"
@@ -32,7 +40,7 @@ const usage = { inputTokens: 10, outputTokens: 5 }
 const native = NativeToolCallParser.make()
 
 /** A planner with a reader sub-agent; the reader charges once per file (a `"Never"` tool) and answers. */
-const makeWorld = (options?: { readonly readerSteps?: number; readonly approval?: boolean; readonly plannerSteps?: number; readonly plannerTokens?: number }) => {
+const makeWorld = (options?: { readonly chargeText?: string; readonly readerSteps?: number; readonly approval?: boolean; readonly plannerSteps?: number; readonly plannerTokens?: number }) => {
   const charges: Array<string> = []
   const charge = Tool.make({
     name: "charge",
@@ -43,7 +51,7 @@ const makeWorld = (options?: { readonly readerSteps?: number; readonly approval?
     handler: ({ path }) =>
       Effect.sync(() => {
         charges.push(path)
-        return `charged ${path}`
+        return `${options?.chargeText ?? "charged"} ${path}`
       })
   })
   const readerTools = ToolRegistry.make(charge)
@@ -115,7 +123,7 @@ const childIds = (runId: string) => [SubAgent.childRunId(runId, 0, "call_s0_0"),
 
 /** Registers this concern's tests. */
 export const register = (ctx: SuiteContext): void => {
-  const { describe, test } = ctx
+  const { describe, liveTest, test } = ctx
   const assert: Assert = ctx.assert
 
   const runWorld = (h: Harness, world: ReturnType<typeof makeWorld>, runId: string, store?: RunLogStore.RunLogStore.Service) =>
@@ -218,6 +226,81 @@ export const register = (ctx: SuiteContext): void => {
         const result = yield* runWorld(h, world, "sub-approve")
         assert.strictEqual(result.stopReason._tag, "Completed")
         assert.deepStrictEqual(world.charges.slice().sort(), ["a.txt", "b.txt"])
+      }))
+
+    test("replay of the parent replays each child from its own log and says identical; a fork before the call starts fresh children under the fork", (h) =>
+      Effect.gen(function*() {
+        const world = makeWorld()
+        yield* runWorld(h, world, "sub-replay")
+        const recorded = yield* h.log(Ids.runId("sub-replay"))
+        const comparison = yield* Replay.run({ recorded, request: world.request("sub-replay-again") }).pipe(
+          Effect.provide(Layer.mergeAll(
+            DecisionParser.layer(native),
+            ActionExecutor.layer(yield* Effect.orDie(world.plannerTools.executor())),
+            EventSink.layerNoop,
+            Layer.succeed(RunLogStore.RunLogStore, h.store)
+          ))
+        )
+        // The parent's 8 records and each child's 7.
+        assert.deepStrictEqual(comparison, { _tag: "Identical", records: 22 })
+        // A child whose tool answers otherwise under replay: the replay stops at that child's
+        // next request, naming the recorded child and its step.
+        const changed = makeWorld({ chargeText: "billed" })
+        const diverged = yield* Effect.flip(Replay.run({ recorded, request: changed.request("sub-replay-changed") }).pipe(
+          Effect.provide(Layer.mergeAll(
+            DecisionParser.layer(native),
+            ActionExecutor.layer(yield* Effect.orDie(changed.plannerTools.executor())),
+            EventSink.layerNoop,
+            Layer.succeed(RunLogStore.RunLogStore, h.store)
+          ))
+        ))
+        assert.strictEqual(diverged._tag, "ReplayDiverged")
+        if (diverged._tag === "ReplayDiverged") assert.deepStrictEqual([diverged.runId, diverged.step], ["sub-replay/0/call_s0_0", 1])
+        // Replayed children ran under the replay's ids, served the recorded children's replies.
+        const replayedChild = yield* h.log(SubAgent.childRunId(Ids.runId("sub-replay-again"), 0, "call_s0_0"))
+        assert.strictEqual(Option.getOrThrow(replayedChild.finished).stopReason._tag, "Completed")
+        assert.deepStrictEqual(world.charges.slice().sort(), ["a.txt", "a.txt", "b.txt", "b.txt"])
+        // A fork at step 0 (before the calls): its children are new runs under the fork's id.
+        yield* Fork.fork({ from: Ids.runId("sub-replay"), atStep: 0, runId: Ids.runId("sub-fork") }).pipe(Effect.provideService(RunLogStore.RunLogStore, h.store))
+        const forked = yield* runWorld(h, world, "sub-fork")
+        assert.strictEqual(forked.stopReason._tag, "Completed")
+        const forkLog = yield* h.log(Ids.runId("sub-fork"))
+        assert.deepStrictEqual(forkLog.results.map((r) => r.child?.runId), childIds("sub-fork"))
+        assert.strictEqual(world.charges.length, 6)
+        // A fork after the calls keeps the parent's results: no child runs again.
+        yield* Fork.fork({ from: Ids.runId("sub-replay"), atStep: 1, runId: Ids.runId("sub-fork-late") }).pipe(Effect.provideService(RunLogStore.RunLogStore, h.store))
+        yield* runWorld(h, world, "sub-fork-late")
+        assert.strictEqual(world.charges.length, 6)
+      }))
+
+    liveTest("interrupting the parent interrupts its running children (never caught); each child's claim is released and the next run resumes them", (h) =>
+      Effect.gen(function*() {
+        const world = makeWorld()
+        const reached = yield* Deferred.make<void>()
+        let blocked = 0
+        const model = yield* ScriptedModel.make(world.script, {
+          onCall: (_c, request) => {
+            const system = request.messages[0]
+            const isReader = system?._tag === "System" && system.text.startsWith("You read")
+            // Both children park in their second model call.
+            if (isReader && request.messages.some((m) => m._tag === "Assistant")) {
+              blocked++
+              return Effect.zipRight(blocked === 2 ? Deferred.succeed(reached, undefined) : Effect.void, Effect.never)
+            }
+            return Effect.void
+          }
+        })
+        const fiber = yield* Effect.fork(h.run(world.request("sub-interrupt"), { model: model.layer, parser: native }))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const exit = yield* Fiber.await(fiber)
+        assert.isTrue(Exit.isInterrupted(exit))
+        assert.strictEqual(yield* model.interruptions, 2)
+        for (const id of childIds("sub-interrupt")) assert.isTrue(Option.isNone((yield* h.log(id)).finished))
+        const result = yield* runWorld(h, world, "sub-interrupt")
+        assert.strictEqual(result.stopReason._tag, "Completed")
+        assert.deepStrictEqual(world.charges.slice().sort(), ["a.txt", "b.txt"])
+        for (const id of childIds("sub-interrupt")) assert.strictEqual(Option.getOrThrow((yield* h.log(id)).finished).counters.resumedCount, 1)
       }))
   })
 
