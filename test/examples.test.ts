@@ -170,6 +170,15 @@ describe("examples", () => {
     }
   }, 600_000)
 
+  it("sub-agents.ts: a planner hands two files to reader agents (durable child runs), is interrupted mid-child and resumed; each file billed once, the children's cost counted", async () => {
+    const result = await example("sub-agents.ts")
+    assert.strictEqual(result.code, 0, result.stderr)
+    assert.notInclude(result.stdout, "FAIL")
+    assert.include(result.stdout, "planner-1/0/call_s0_0 finished, planner-1/0/call_s0_1 unfinished")
+    assert.match(result.stdout, /its children: 2 runs, 6 steps, \d+ tokens/)
+    assert.include(result.stdout, "  planner-1/0/call_s0_1 — Completed(Answer), 3 steps")
+  }, 180_000)
+
   it("custom-store.ts: the user's own store writes a run and reads it back", async () => {
     const result = await example("custom-store.ts")
     assert.strictEqual(result.code, 0, result.stderr)

@@ -24,6 +24,7 @@ import * as Agent from "./Agent.js"
 import * as Approval from "./Approval.js"
 import { ModelError, type RunError, type StoreError, Suspended } from "./Errors.js"
 import * as Approvals from "./internal/approvals.js"
+import * as Child from "./internal/child.js"
 import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as Fingerprint from "./internal/fingerprint.js"
 import * as Recorded from "./internal/recorded.js"
@@ -233,6 +234,12 @@ const normalize = (record: RunLog.RunRecord): unknown => {
     case "UserMessaged":
       delete value.at
       break
+    case "ActionResulted": {
+      // A child's run id is derived from its parent's (design 0392); its log is compared on its own.
+      const child = value.child as Record<string, unknown> | undefined
+      if (child !== undefined) delete child.runId
+      break
+    }
     case "TurnFinished":
     case "RunFinished": {
       // A turn's end or the run's: when, and the time and resumes it took, differ by nature.
@@ -269,6 +276,35 @@ export const compare = (recorded: RunLog.RunLog, replayed: RunLog.RunLog): Compa
   }
   return { _tag: "Identical", records: a.length }
 }
+
+/**
+ * Compares a recorded log with its replay, then each sub-agent's child with its replay (design
+ * 0392), depth first in call order: the first difference, its path prefixed with the calls that
+ * lead to it (`children[<step>/<callId>].…`).
+ */
+const compareTree = (
+  store: RunLogStore.Service,
+  recorded: RunLog.RunLog,
+  replayed: RunLog.RunLog,
+  prefix: string
+): Effect.Effect<Comparison, StoreError> =>
+  Effect.gen(function*() {
+    const own = compare(recorded, replayed)
+    if (own._tag === "Differs") return prefix === "" ? own : { ...own, path: `${prefix}${own.path}` }
+    let records = own.records
+    const theirs = new Map<string, RunId>(replayed.results.flatMap((r) => (r.child === undefined ? [] : [[`${r.step}/${r.callIndex}`, r.child.runId] as const])))
+    for (const result of recorded.results) {
+      if (result.child === undefined) continue
+      const key = `${result.step}/${result.callIndex}`
+      const replayedId = theirs.get(key)
+      const path = `${prefix}children[${result.step}/${result.action._tag === "ToolCall" ? result.action.id : result.callIndex}].`
+      if (replayedId === undefined) return { _tag: "Differs", index: 0, path, recorded: result.child.runId, replayed: undefined }
+      const child = yield* compareTree(store, yield* store.readLog(result.child.runId), yield* store.readLog(replayedId), path)
+      if (child._tag === "Differs") return child
+      records += child.records
+    }
+    return { _tag: "Identical", records }
+  })
 
 /**
  * Records, for each call a suspended replay waits on, the decision the recorded run has for the
@@ -345,7 +381,20 @@ export const run = (options: RunOptions): Effect.Effect<Comparison, ReplayDiverg
         Agent.send({ runId: request.runId, messageId: m.messageId, text: m.text, agent: request.agent, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) })).pipe(
           Effect.map((result) => result!)
         )
+    // Each sub-agent's child is served the recorded child's replies (design 0392): the replayed
+    // child of a call is mapped to the recorded child of the same step and call id.
+    const store = yield* RunLogStore
+    const recordedOf = new Map<string, RunId>()
+    if (started !== undefined) recordedOf.set(request.runId, started.runId)
+    const childModels: Child.ChildModels = (parent, child, step, callId) => {
+      const recordedParent = recordedOf.get(parent)
+      if (recordedParent === undefined) return Effect.succeed(undefined)
+      const recordedChild = Child.childRunId(recordedParent, step, callId)
+      recordedOf.set(child, recordedChild)
+      return Effect.map(store.readLog(recordedChild), (log) => (Option.isSome(log.started) ? make(log) : undefined))
+    }
     const replaying = driven.pipe(
+      Effect.locally(Child.childModels, childModels),
       Effect.provide(served),
       Effect.catchTag("ModelError", (error) => Effect.fail(error.cause instanceof ReplayDiverged ? error.cause : error))
     )
@@ -360,7 +409,6 @@ export const run = (options: RunOptions): Effect.Effect<Comparison, ReplayDiverg
       if (suspensions > decisions) return yield* outcome.right
       yield* serveDecisions(options.recorded, outcome.right)
     }
-    const store = yield* RunLogStore
     const replayed = yield* store.readLog(options.request.runId)
-    return compare(options.recorded, replayed)
+    return yield* compareTree(store, options.recorded, replayed, "")
   }).pipe(Effect.withSpan("Replay.run", { attributes: { "polyloop.run_id": options.request.runId } }))

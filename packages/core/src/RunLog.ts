@@ -15,6 +15,8 @@ export {
   ApprovalDecided,
   type ApprovalRecord,
   ApprovalRequested,
+  ChildRun,
+  ChildTotals,
   Decision,
   ForkDifference,
   ForkedFrom,

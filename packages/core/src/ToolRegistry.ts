@@ -88,6 +88,11 @@ export interface DerivedExecutor extends ActionExecutor.Service {
    * the handler gets the `ToolContext` in scope, or a standalone one for its call id.
    */
   readonly executeReport: (action: Action, toolContext?: ToolContext.ToolContext.Service) => Effect.Effect<ExecutionReport>
+  /**
+   * The services captured when the executor was derived (none when its handlers need none): a
+   * sub-agent's child executor is derived with them (design 0392).
+   */
+  readonly captured: Context.Context<never> | undefined
 }
 
 /** Is this executor derived from a registry? */
@@ -307,6 +312,7 @@ const makeRegistry = <R>(tools: ReadonlyArray<Tool.Any>): ToolRegistry<R> => {
             [DerivedExecutorTypeId]: DerivedExecutorTypeId,
             registry: registry as ToolRegistry<unknown>,
             executeReport,
+            captured,
             execute: (action) => Effect.map(executeReport(action), (report) => report.outcome),
             // An action this executor refuses (wrong language, unknown tool, invalid arguments)
             // never reaches a handler, so running it again on resume only refuses it again:

@@ -25,6 +25,11 @@ export * as ActionOutcome from "./ActionOutcome.js"
 export * as Agent from "./Agent.js"
 
 /**
+ * Agents that call agents (design 0392): `SubAgent.tool` makes a tool whose call the loop runs as a durable child run under a derived run id; its answer is the call's observation, its cost counts in the parent's budget.
+ */
+export * as SubAgent from "./SubAgent.js"
+
+/**
  * An agent: everything that decides what the model sees (all in the snapshot) plus the model retry policy (not in the snapshot: it changes nothing the model sees).
  */
 export * as AgentDefinition from "./AgentDefinition.js"

@@ -45,6 +45,7 @@ import * as History from "./internal/loop/history.js"
 import * as Interruption from "./internal/loop/interruption.js"
 import * as Outcomes from "./internal/loop/outcomes.js"
 import * as Parallel from "./internal/loop/parallel.js"
+import * as SubAgents from "./internal/loop/subAgents.js"
 import { vitest } from "./internal/vitest.js"
 
 /** Options of the suite. */
@@ -64,7 +65,8 @@ const concerns: ReadonlyArray<Concern> = [
   Events.register,
   Parallel.register,
   Approvals.register,
-  Conversations.register
+  Conversations.register,
+  SubAgents.register
 ]
 
 /**

@@ -16,27 +16,16 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type { Action } from "../Action.js"
 import type { ActionOutcome } from "../ActionOutcome.js"
-import { type RunError, StoreError, Suspended, type Waiting } from "../Errors.js"
+import { StoreError, Suspended, type Waiting } from "../Errors.js"
 import type * as ParsedReply from "../ParsedReply.js"
 import type * as RunLog from "../RunLog.js"
 import { defaultRejected, fillRejected } from "../SyntheticObservations.js"
 import * as Approvals from "./approvals.js"
 import * as History from "./history.js"
-import { asStep, emit, type Run } from "./run.js"
+import { asStep, emit, type Gate, type LoopError, type Run } from "./run.js"
 
-/** What the loop can fail with (the suspension of a run waiting for decisions included). @internal */
-export type LoopError = RunError
-
-/** What the resumed pending step knows of its approvals. @internal */
-export interface Gate {
-  readonly step: number
-  /** The requested calls' decisions, by call id. */
-  readonly decisions: ReadonlyMap<string, RunLog.Decision>
-  /** No attempt ran after the decisions: nothing of the step has started. */
-  readonly fresh: boolean
-  /** The step has no requests yet though some call needs approval: request now and suspend. */
-  readonly requestNow: boolean
-}
+/** The loop's error and the gate's state live with the attempt's `Run` (no import circle). @internal */
+export type { Gate, LoopError } from "./run.js"
 
 const corrupt = (run: Run, message: string) =>
   Effect.fail(new StoreError({ reason: "Corrupt", runId: run.runId, message: `run ${run.runId}: ${message}` }))

@@ -8,7 +8,7 @@
  */
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import type { RunResult } from "../Agent.js"
+import type { RunResult } from "./request.js"
 import { MessageIdReused, RunBusy, type RunError } from "../Errors.js"
 import type { RunId } from "../Ids.js"
 import type * as RunLog from "../RunLog.js"

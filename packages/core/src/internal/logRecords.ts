@@ -17,12 +17,13 @@ import { JsonValue } from "./jsonValue.js"
 /**
  * The version of the log's schema this code writes (design 0150). Version 1: one action per
  * step (`StepCompleted.resultId`, `Act.action`); version 2: several (`StepCompleted.resultIds`,
- * `ActionResulted.callIndex`, `Act.actions`); version 3: `HistoryCompacted` (design 0300). Logs
+ * `ActionResulted.callIndex`, `Act.actions`); version 3: `HistoryCompacted` (design 0300);
+ * version 4: sub-agents (design 0392: `ActionResulted.child`, `RunCounters.children`). Logs
  * of version 1 are read as version 3 (the store's reader upgrades each record by its shape); a
  * version-2 log is a version-3 log without compactions; a log that names a newer version is
  * refused with `StoreError { reason: "SchemaVersion" }`.
  */
-export const logVersion = 3
+export const logVersion = 4
 
 /** A log schema version. Absent (`RunStarted` and `RunResumed` of version 1) means 1. */
 export const LogVersion = Schema.Int.pipe(Schema.between(1, logVersion))
@@ -93,6 +94,30 @@ export const ModelReplied = Schema.TaggedStruct("ModelReplied", {
 /** @since 0.1.0 */
 export interface ModelReplied extends Schema.Schema.Type<typeof ModelReplied> {}
 
+/** What a parent's children cost, over every descendant (design 0392). */
+export const ChildTotals = Schema.Struct({
+  /** Child runs, grandchildren included. */
+  runs: Schema.NonNegativeInt,
+  steps: Schema.NonNegativeInt,
+  usage: Usage
+})
+/** @since 0.1.0 */
+export interface ChildTotals extends Schema.Schema.Type<typeof ChildTotals> {}
+
+/** A sub-agent call's child run, as its parent records it with the call's result (design 0392). */
+export const ChildRun = Schema.Struct({
+  runId: RunId,
+  stopReason: StopReason,
+  /** The child's own counters. */
+  steps: Schema.NonNegativeInt,
+  effectiveSteps: Schema.NonNegativeInt,
+  usage: Usage,
+  /** The child's own children, and theirs. */
+  children: Schema.optional(ChildTotals)
+})
+/** @since 0.1.0 */
+export interface ChildRun extends Schema.Schema.Type<typeof ChildRun> {}
+
 /**
  * The action at `callIndex` of `step`'s decision produced `outcome` (as it entered history);
  * written as soon as that action finished (design 0150). `executorObservation` is the
@@ -108,7 +133,9 @@ export const ActionResulted = Schema.TaggedStruct("ActionResulted", {
   action: Action,
   outcome: ActionOutcome,
   executorObservation: Schema.String,
-  handlerFailed: Schema.Boolean
+  handlerFailed: Schema.Boolean,
+  /** A sub-agent's call (design 0392): the child run and what it cost. Absent before log version 4. */
+  child: Schema.optional(ChildRun)
 })
 /** @since 0.1.0 */
 export interface ActionResulted extends Schema.Schema.Type<typeof ActionResulted> {}
@@ -200,7 +227,9 @@ export const RunCounters = Schema.Struct({
   usage: Usage,
   /** Milliseconds: the sum of `StepCompleted.elapsed`. */
   elapsed: Schema.NonNegative.pipe(Schema.finite()),
-  resumedCount: Schema.NonNegativeInt
+  resumedCount: Schema.NonNegativeInt,
+  /** What the run's sub-agents cost, over all descendants (design 0392); absent when it had none. */
+  children: Schema.optional(ChildTotals)
 })
 /** @since 0.1.0 */
 export interface RunCounters extends Schema.Schema.Type<typeof RunCounters> {}

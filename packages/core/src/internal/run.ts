@@ -9,20 +9,42 @@ import * as Effect from "effect/Effect"
 import type * as Schedule from "effect/Schedule"
 import type * as Tracer from "effect/Tracer"
 import type { ActionExecutor } from "../ActionExecutor.js"
-import type { RunRequest } from "../Agent.js"
 import type { DecisionParser } from "../DecisionParser.js"
-import type { ModelError } from "../Errors.js"
+import type { ModelError, RunError } from "../Errors.js"
 import type * as EventSink from "../EventSink.js"
 import type { RunId, StepIndex } from "../Ids.js"
 import type { LoopEvent } from "../LoopEvent.js"
 import type { ModelClient, ToolDefinition } from "../ModelClient.js"
 import type { RunLogStore } from "../RunLogStore.js"
+import type * as RunLog from "../RunLog.js"
 import type { DerivedExecutor } from "../ToolRegistry.js"
 import type * as Fingerprint from "./fingerprint.js"
 import type * as History from "./history.js"
 import type * as Rendering from "./rendering.js"
-import type { Gate } from "./gate.js"
+import type { Inbox } from "./inbox.js"
+import type { RunRequest, RunResult } from "./request.js"
 import type * as State from "./state.js"
+
+/** What the loop can fail with (the suspension of a run waiting for decisions included). @internal */
+export type LoopError = RunError
+
+/** What the resumed pending step knows of its approvals (design 0160; `gate.ts` reads them). @internal */
+export interface Gate {
+  readonly step: number
+  /** The requested calls' decisions, by call id. */
+  readonly decisions: ReadonlyMap<string, RunLog.Decision>
+  /** No attempt ran after the decisions: nothing of the step has started. */
+  readonly fresh: boolean
+  /** The step has no requests yet though some call needs approval: request now and suspend. */
+  readonly requestNow: boolean
+}
+
+/** The services a sub-agent's child run runs with (design 0392). @internal */
+export interface ChildServices {
+  readonly executor: ActionExecutor.Service
+  readonly model: ModelClient.Service
+  readonly parser: DecisionParser.Service
+}
 
 /** Everything one attempt of a run works with. Owned by the run's fiber. @internal */
 export interface Run {
@@ -62,7 +84,13 @@ export interface Run {
   /** A conversation (design 0300): a turn ends with `TurnFinished`, never `RunFinished`. */
   readonly conversation: boolean
   /** A conversation's queued and held messages (design 0300, decision 8). */
-  inbox: import("./inbox.js").Inbox | undefined
+  inbox: Inbox | undefined
+  /**
+   * Runs a sub-agent's child (design 0392): `Agent.run` on its request, with the parent's store,
+   * event sink and context and the given services. Set by the attempt, so the step does not
+   * import it.
+   */
+  readonly runChild: (request: RunRequest, services: ChildServices) => Effect.Effect<RunResult, RunError>
 }
 
 /**

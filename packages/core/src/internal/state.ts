@@ -49,6 +49,16 @@ export interface State {
   turnStart: TurnStart
   /** The indices in `messages` of the conversation's user messages after the task (never masked, never dropped). */
   readonly turnMessages: Array<number>
+  /** What the run's sub-agents cost so far, over all descendants (design 0392): completed steps only. */
+  readonly children: Children
+}
+
+/** What a run's children cost (design 0392), mutable. @internal */
+export interface Children {
+  runs: number
+  steps: number
+  inputTokens: number
+  outputTokens: number
 }
 
 /** Counters at the start of a turn. @internal */
@@ -58,6 +68,8 @@ export interface TurnStart {
   readonly inputTokens: number
   readonly outputTokens: number
   readonly elapsed: number
+  /** The children's totals then (design 0392). */
+  readonly children: Readonly<Children>
 }
 
 /** The state of a fresh run, whose `RunStarted` has sequence number 0. @internal */
@@ -78,9 +90,26 @@ export const fresh = (messages: History.Messages): State => ({
   lastInputTokens: 0,
   turn: 0,
   turnFinished: false,
-  turnStart: { steps: 0, effectiveSteps: 0, inputTokens: 0, outputTokens: 0, elapsed: 0 },
-  turnMessages: []
+  turnStart: { steps: 0, effectiveSteps: 0, inputTokens: 0, outputTokens: 0, elapsed: 0, children: { runs: 0, steps: 0, inputTokens: 0, outputTokens: 0 } },
+  turnMessages: [],
+  children: { runs: 0, steps: 0, inputTokens: 0, outputTokens: 0 }
 })
+
+/** The children's tokens, input and output (design 0392). @internal */
+export const childTokens = (state: State): number => state.children.inputTokens + state.children.outputTokens
+
+/**
+ * The children's totals as a record holds them — since `from` (a turn's start) when given — or
+ * undefined when there were none. @internal
+ */
+export const childTotals = (children: Readonly<Children>, from?: Readonly<Children>): RunLog.ChildTotals | undefined => {
+  const runs = children.runs - (from?.runs ?? 0)
+  return runs === 0 ? undefined : {
+    runs,
+    steps: children.steps - (from?.steps ?? 0),
+    usage: { inputTokens: children.inputTokens - (from?.inputTokens ?? 0), outputTokens: children.outputTokens - (from?.outputTokens ?? 0) }
+  }
+}
 
 /**
  * Starts turn `message.turn` of a conversation: its message enters the history, the stop
@@ -97,7 +126,8 @@ export const startTurn = (state: State, message: RunLog.UserMessaged): void => {
     effectiveSteps: state.effectiveSteps,
     inputTokens: state.inputTokens,
     outputTokens: state.outputTokens,
-    elapsed: state.elapsed
+    elapsed: state.elapsed,
+    children: { ...state.children }
   }
 }
 
@@ -121,6 +151,15 @@ export const applyStep = (
   state.outputTokens += step.usage.outputTokens
   state.elapsed += step.elapsed
   state.last = { decision: step.decision, results }
+  for (let i = 0; i < results.length; i++) {
+    const child = results[i]!.child
+    if (child === undefined) continue
+    const c = state.children
+    c.runs += 1 + (child.children?.runs ?? 0)
+    c.steps += child.steps + (child.children?.steps ?? 0)
+    c.inputTokens += child.usage.inputTokens + (child.children?.usage.inputTokens ?? 0)
+    c.outputTokens += child.usage.outputTokens + (child.children?.usage.outputTokens ?? 0)
+  }
   state.lastInputTokens = reply.usage.inputTokens
   state.stepStarts.push(state.messages.length)
   History.appendStep(state.messages, reply, step.decision, results, texts)

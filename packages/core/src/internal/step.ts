@@ -28,6 +28,7 @@ import type { ModelReply } from "../ModelReply.js"
 import * as ParsedReply from "../ParsedReply.js"
 import type * as RunLog from "../RunLog.js"
 import * as ToolContext from "../ToolContext.js"
+import * as Child from "./child.js"
 import * as Gate from "./gate.js"
 import * as History from "./history.js"
 import * as Tracing from "./tracing.js"
@@ -83,14 +84,21 @@ const interruptedOutcome = (run: Run, action: Action): ActionOutcome =>
 const notStartedOutcome = (run: Run, action: Action): ActionOutcome =>
   synthetic(History.fillFor(run.texts.synthetic.notExecuted, action, notStartedIssues, run.texts))
 
-/** Runs an action under its `ToolContext`; the derived executor also reports whether the handler failed. */
+/**
+ * Runs an action under its `ToolContext`; the derived executor also reports whether the handler
+ * failed. A sub-agent's call runs its child run instead (design 0392), whose `RunError` fails the step.
+ */
 const execute = (
   run: Run,
   step: number,
   index: number,
   action: Action
-): Effect.Effect<{ readonly outcome: ActionOutcome; readonly handlerFailed: boolean }> => {
+): Effect.Effect<Child.Report, LoopError> => {
   const callId = History.callIdOf(action, step, index)
+  if (action._tag === "ToolCall") {
+    const child = Child.call(run, step, action, callId)
+    if (child !== undefined) return child
+  }
   const toolContext = ToolContext.make({ runId: run.runId, step, callId })
   // The derived executor provides the ToolContext to the handler itself, together with the
   // services it captured (one provide per call, and none for a refused action).
@@ -114,6 +122,8 @@ interface Pending {
   readonly outcome: ActionOutcome
   readonly executorObservation: string
   readonly handlerFailed: boolean
+  /** A sub-agent's child (design 0392). */
+  readonly child?: RunLog.ChildRun | undefined
 }
 
 const record = (seq: number, step: number, p: Pending): RunLog.ActionResulted => ({
@@ -125,17 +135,19 @@ const record = (seq: number, step: number, p: Pending): RunLog.ActionResulted =>
   action: p.action,
   outcome: p.outcome,
   executorObservation: p.executorObservation,
-  handlerFailed: p.handlerFailed
+  handlerFailed: p.handlerFailed,
+  ...(p.child === undefined ? {} : { child: p.child })
 })
 
 /** The result of running an action (its outcome as it enters history). */
-const ran = (run: Run, step: number, index: number, action: Action): Effect.Effect<Pending> =>
+const ran = (run: Run, step: number, index: number, action: Action): Effect.Effect<Pending, LoopError> =>
   Effect.map(execute(run, step, index, action), (report) => ({
     index,
     action,
     outcome: intoHistory(run, action, report.outcome),
     executorObservation: report.outcome.observation,
-    handlerFailed: report.handlerFailed
+    handlerFailed: report.handlerFailed,
+    ...(report.child === undefined ? {} : { child: report.child })
   }))
 
 /** The result of an action settled without running it (interrupted, or not started). */
@@ -323,6 +335,7 @@ const concurrent = (
   // says nothing about the calls without a result: up to `concurrency` of them ran beside it, in
   // any order, so each is settled by its replay policy (issue 29), never "not started".
   let envFailed = false
+  let failure: Option.Option<LoopError> = Option.none()
   for (let i = 0; i < n; i++) {
     const logged = prior[i]
     if (logged !== undefined) written[i] = logged
@@ -340,20 +353,31 @@ const concurrent = (
         settled[i] = without
         return Effect.void
       }
-      return Effect.flatMap(ran(run, step, i, action), (p) => {
-        if (p.outcome.status === "EnvError") envFailed = true
-        // Suspended: the sequence number is taken once the lock is held.
-        return lock.withPermits(1)(
-          Effect.suspend(() =>
-            Effect.map(writeResults(run, step, [p], resumed), (records) => {
-              written[i] = records[0]
-            })
+      return Effect.matchEffect(ran(run, step, i, action), {
+        // A call that fails the step (a sub-agent's child failing with a `RunError`, design
+        // 0392) lets its siblings finish and write their results: the error is raised after
+        // them. Typed errors only: an interruption or a defect ends the step at once.
+        onFailure: (error) => {
+          if (Option.isNone(failure)) failure = Option.some(error)
+          return Effect.void
+        },
+        onSuccess: (p) => {
+          if (p.outcome.status === "EnvError") envFailed = true
+          // Suspended: the sequence number is taken once the lock is held.
+          return lock.withPermits(1)(
+            Effect.suspend(() =>
+              Effect.map(writeResults(run, step, [p], resumed), (records) => {
+                written[i] = records[0]
+              })
+            )
           )
-        )
+        }
       })
     })
   const indices = Array.from({ length: n }, (_, i) => i)
-  return Effect.flatMap(Effect.forEach(indices, each, { concurrency: run.concurrency, discard: true }), () => {
+  const all = Effect.forEach(indices, each, { concurrency: run.concurrency, discard: true })
+  return Effect.flatMap(all, () => {
+    if (Option.isSome(failure)) return Effect.fail(failure.value)
     const pending: Array<Pending> = []
     for (const p of settled) if (p !== undefined) pending.push(p)
     return completeStep(run, step, reply, decision, written, pending, startedAt, resumed)
