@@ -265,6 +265,12 @@ export const render = (style: Style, transcript: Transcript): string => {
       const marker = outcome.observationIsSynthetic ? `${style.magenta("[synthetic]")} ` : ""
       const cut = outcome.observationTruncatedChars > 0 ? style.dim(` [${outcome.observationTruncatedChars} characters cut]`) : ""
       lines.push(block(style, "observation", `${marker}${outcome.observation}${cut}`))
+      const child = result.child
+      if (child !== undefined) {
+        // A sub-agent's child run (design 0392): `polyloop show <its id>` prints its own transcript.
+        const deeper = child.children === undefined ? "" : `; its children: ${child.children.runs} runs, ${child.children.steps} steps, ${totalTokens(child.children.usage)} tokens`
+        lines.push(block(style, "child run", `${child.runId} — ${StopReason.format(child.stopReason)} after ${child.steps} steps, ${totalTokens(child.usage)} tokens${deeper}`))
+      }
       if (outcome.observationIsSynthetic || result.executorObservation !== outcome.observation) {
         lines.push(
           block(
@@ -301,7 +307,10 @@ export const render = (style: Style, transcript: Transcript): string => {
           : style.yellow(`unfinished after ${summary.steps} steps: resume it with Agent.run on the same run id (or polyloop demo --run ${transcript.runId} for a demo run)`),
       onSome: (finished) =>
         `${style.bold("finished")} ${Format.time(finished.finishedAt)}: ${StopReason.format(finished.stopReason)} after ${finished.counters.steps} steps (${finished.counters.effectiveSteps} effective), ` +
-        `${totalTokens(finished.counters.usage)} tokens, ${Format.duration(finished.counters.elapsed)} of step time`
+        `${totalTokens(finished.counters.usage)} tokens, ${Format.duration(finished.counters.elapsed)} of step time` +
+        (finished.counters.children === undefined
+          ? ""
+          : `; its sub-agents: ${finished.counters.children.runs} child runs, ${finished.counters.children.steps} steps, ${totalTokens(finished.counters.children.usage)} tokens`)
     })
   )
   return lines.join("\n")

@@ -111,7 +111,14 @@ export interface AtifStep {
   readonly model_name?: string
   readonly message: string
   readonly tool_calls?: ReadonlyArray<{ readonly tool_call_id: string; readonly function_name: string; readonly arguments: JsonObject }>
-  readonly observation?: { readonly results: ReadonlyArray<{ readonly source_call_id?: string; readonly content: string }> }
+  readonly observation?: {
+    readonly results: ReadonlyArray<{
+      readonly source_call_id?: string
+      readonly content: string
+      /** A sub-agent's child run (design 0392): its own trajectory, exported under its run id. */
+      readonly subagent_trajectory_ref?: ReadonlyArray<{ readonly session_id: string }>
+    }>
+  }
   readonly metrics?: { readonly prompt_tokens: number; readonly completion_tokens: number }
   readonly extra?: JsonObject
 }
@@ -188,17 +195,22 @@ export const atif = (log: RunLog.RunLog): Effect.Effect<Atif, StoreError> =>
         )
         : []
       const single = toolCalls.length === 1 ? toolCalls[0]!.tool_call_id : undefined
+      const stepResults = completed.resultIds.map((id) => log.results.find((r) => r.resultId === id)).filter((r) => r !== undefined)
+      // A sub-agent's call points at its child's trajectory (design 0392).
+      const childOf = (callId: string | undefined) => {
+        const result = callId === undefined ? undefined : stepResults.find((r) => r.action._tag === "ToolCall" && r.action.id === callId)
+        return result?.child === undefined ? {} : { subagent_trajectory_ref: [{ session_id: result.child.runId }] }
+      }
       const results = feedback.map((message) =>
         message._tag === "Tool"
-          ? { source_call_id: message.callId, content: message.text }
+          ? { source_call_id: message.callId, content: message.text, ...childOf(message.callId) }
           : single !== undefined
-          ? { source_call_id: single, content: message.text }
+          ? { source_call_id: single, content: message.text, ...childOf(single) }
           : { content: message.text }
       )
       const usage = completed.usage
       promptTokens += usage.inputTokens
       completionTokens += usage.outputTokens
-      const stepResults = completed.resultIds.map((id) => log.results.find((r) => r.resultId === id)).filter((r) => r !== undefined)
       steps.push({
         step_id: steps.length + 1,
         source: "agent",

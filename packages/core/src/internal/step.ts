@@ -13,7 +13,12 @@
  *
  * The code is a chain of `flatMap`s rather than `Effect.gen`: it runs once per step (and per
  * action), and a generator costs more than the work. A one-action step takes a path of its own
- * that writes and allocates what a step wrote before design 0150.
+ * that writes and allocates what a step wrote before design 0150. A sub-agent's call runs its
+ * child run here (`child.ts`, design 0392); its `RunError` fails the step after its siblings.
+ *
+ * Why one file: the three ways to carry out a step (one action, sequential, concurrent) share
+ * the pending/written bookkeeping and the order of writes that makes a resumed step equal to an
+ * uninterrupted one; apart, each would restate that order (design 0391).
  *
  * @internal
  */

@@ -31,6 +31,7 @@ import * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as SubAgent from "@polyloop/core/SubAgent"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
+import * as Trajectory from "@polyloop/core/Trajectory"
 import * as ScriptedModel from "../../ScriptedModel.js"
 import type { Assert } from "../vitest.js"
 import { agent } from "./fixtures.js"
@@ -148,6 +149,10 @@ export const register = (ctx: SuiteContext): void => {
         assert.strictEqual(Option.getOrThrow(child.started).task, "Summarise a.txt.")
         assert.deepStrictEqual(Option.getOrThrow(child.finished).stopReason, { _tag: "Completed", by: "Answer", answer: "summary of a.txt" })
         assert.deepStrictEqual(Option.getOrThrow(log.finished).counters.children, result.children)
+        // The ATIF export points each call's result at its child's trajectory.
+        const atif = yield* Trajectory.atif(log)
+        const refs = atif.steps.flatMap((step) => step.observation?.results.flatMap((r) => r.subagent_trajectory_ref ?? []) ?? [])
+        assert.deepStrictEqual(refs.map((r) => r.session_id), childIds("sub-1"))
         // Run again: the recorded result, nothing called, no child started again.
         const again = yield* runWorld(h, world, "sub-1")
         assert.deepStrictEqual(again, result)
