@@ -4,8 +4,9 @@
  * filters and pages; one run's transcript, updated live while the run is written by any
  * process) and the JSON API the page uses:
  *
- * - `GET /api/runs?status=&agent=&stopReason=&from=&to=&model=&page=&pageSize=` — runs, newest first, filtered
- *   and paged, with the values each filter can take;
+ * - `GET /api/runs?status=&agent=&stopReason=&from=&to=&model=&tag=&scorer=&scoreMin=&scoreMax=&page=&pageSize=`
+ *   — runs, newest first, filtered and paged, with the values each filter can take; a run's tags
+ *   and scores are its experiment's (design 0395);
  * - `GET /api/runs/<id>` — one run's transcript (`Transcript.toJson`: the document
  *   `polyloop show --json` prints), with the recorded snapshot and its hash, budgets against
  *   their limits, resumes, synthetic observations and the executor's audit text;

@@ -21,6 +21,7 @@ import * as Decisions from "../viewer/decisions.js"
 import * as Defaults from "../viewer/defaults.js"
 import * as Forks from "../viewer/forks.js"
 import * as Live from "../viewer/live.js"
+import * as RunTags from "../viewer/runTags.js"
 import * as Stats from "../viewer/stats.js"
 import { apiError, securityHeaders } from "./http.js"
 import { isLiveStream, isPublic, unrouted } from "./paths.js"
@@ -66,6 +67,7 @@ export const app = (
       secret,
       forks: Forks.make(),
       statsIndex,
+      tags: RunTags.make(),
       hub,
       requestSlot
     })

@@ -18,6 +18,7 @@ import * as Experiments from "../viewer/experiments.js"
 import type * as Forks from "../viewer/forks.js"
 import type * as Live from "../viewer/live.js"
 import type * as Prices from "../viewer/prices.js"
+import type * as RunTags from "../viewer/runTags.js"
 import * as Search from "../viewer/search.js"
 import * as Stats from "../viewer/stats.js"
 import { decide } from "./decide.js"
@@ -34,6 +35,7 @@ export interface Parts {
   readonly secret: Auth.Secret
   readonly forks: Forks.Index
   readonly statsIndex: Stats.Index
+  readonly tags: RunTags.Index
   readonly hub: Live.Hub
   /** A live stream's slot for the client of the request, held for the scope, or a 503 response. */
   readonly requestSlot: Effect.Effect<void, HttpServerResponse.HttpServerResponse, HttpServerRequest.HttpServerRequest | Scope.Scope>
@@ -41,7 +43,7 @@ export interface Parts {
 
 /** The viewer's router over one app's parts. */
 export const make = (parts: Parts) => {
-  const { allowed, assets, decider, forks, hub, prices, requestSlot, secret, statsIndex } = parts
+  const { allowed, assets, decider, forks, hub, prices, requestSlot, secret, statsIndex, tags } = parts
   const asset = (urlPath: string) => {
     const found = assets.get(urlPath)!
     return HttpServerResponse.text(found.body, { contentType: found.contentType })
@@ -96,7 +98,7 @@ export const make = (parts: Parts) => {
         return HttpServerResponse.unsafeJson(yield* statsIndex.document(query, prices))
       }))
     ),
-    HttpRouter.get("/api/runs", Runs.list(prices)),
+    HttpRouter.get("/api/runs", Runs.list(prices, tags)),
     HttpRouter.get("/api/runs/:runId", Runs.transcript),
     HttpRouter.get(
       "/api/runs/:runId/live",

@@ -1,6 +1,6 @@
 /**
  * The viewer's run endpoints: `GET /api/runs` (the list, filtered and paged from the store's
- * summaries: `../viewer/runsList.ts`), `GET /api/runs/<id>` (the transcript), `GET
+ * summaries: `../viewer/runsList.ts`; tags and scores from its experiments: `../viewer/runTags.ts`), `GET /api/runs/<id>` (the transcript), `GET
  * /api/runs/<id>/forks` (from the summaries, design 0343) and `GET /api/runs/<id>/export` (the run
  * as `polyloop export` writes it, as an attachment).
  *
@@ -17,15 +17,17 @@ import * as Transcript from "../../Transcript.js"
 import type * as Forks from "../viewer/forks.js"
 import type * as Prices from "../viewer/prices.js"
 import * as RunsList from "../viewer/runsList.js"
+import type * as RunTags from "../viewer/runTags.js"
 import { respondToFailure, runIdParam, runNotFound } from "./http.js"
 
-/** `GET /api/runs`: a page of the runs list, priced by `prices` when given. */
-export const list = (prices: Prices.PriceTable | undefined) =>
+/** `GET /api/runs`: a page of the runs list, priced by `prices` when given, with the experiments' tags and scores (design 0395). */
+export const list = (prices: Prices.PriceTable | undefined, tags: RunTags.Index) =>
   respondToFailure(Effect.gen(function*() {
     const query = yield* HttpServerRequest.schemaSearchParams(RunsList.RunsQuery)
     const store = yield* RunLogStore.RunLogStore
     const all = yield* store.listRuns()
-    return HttpServerResponse.unsafeJson(RunsList.page(query, all, prices))
+    const annotations = yield* tags.annotations(store, query.scorer === "" ? undefined : query.scorer)
+    return HttpServerResponse.unsafeJson(RunsList.page(query, all, prices, annotations))
   }))
 
 /** `GET /api/runs/<id>`: the run's transcript (`Transcript.toJson`), the log verified. */
