@@ -132,6 +132,24 @@ const cases = (name: string, open: Effect.Effect<Subject, unknown, Scope.Scope>,
           // The run's next record is still the first of the batch.
           yield* store.appendReply(runId, F.replied(1, 0))
         }))
+
+      it.scoped(`a claim holder whose lease was taken over is fenced off at a ${big}-record append: nothing of it is written`, () =>
+        Effect.gen(function*() {
+          const { raw, store } = yield* open
+          if (raw === undefined) return yield* Effect.dieMessage("no raw client")
+          const runId = fresh("fenced")
+          yield* store.claim(runId)
+          yield* store.start(F.started(runId))
+          // Another process took the lease over (as after an expiry).
+          yield* raw`UPDATE polyloop_claims SET owner = 'other-host:1:1:x' WHERE run_id = ${runId}`
+          const batch = steps(1, 0, Math.floor(big / 3)) as unknown as Arr.NonEmptyReadonlyArray<RunLog.RunRecord>
+          const refused = yield* Effect.flip(appendOf(store)(runId, batch))
+          assert.instanceOf(refused, ConcurrentWriter)
+          assert.strictEqual((refused as ConcurrentWriter).leaseHolder, "other-host:1:1:x")
+          assert.strictEqual(RunLog.nextSeq(yield* store.readLog(runId)), 1)
+          const [summary] = (yield* store.listRuns()).filter((r) => r.runId === runId)
+          assert.strictEqual(summary?.steps, 0)
+        }))
     }
   })
 
