@@ -141,12 +141,16 @@ const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amoun
 const listParams = () => {
   const params = new URLSearchParams(location.search)
   const keep = new URLSearchParams()
-  for (const name of ["status", "agent", "stopReason", "from", "to", "model", "page"]) {
+  for (const name of ["status", "agent", "stopReason", "from", "to", "model", "tag", "scorer", "scoreMin", "scoreMax", "page"]) {
     const value = params.get(name)
     if (value) keep.set(name, value)
   }
   return keep
 }
+
+/** A score bound (design 0395): only with a scorer chosen. */
+const scoreInput = (name, label, current, scorer) =>
+  el("label", {}, label, el("input", { type: "number", step: "any", name, "data-filter": name, value: current ?? "", disabled: !scorer, title: scorer ? `${scorer}'s score, included` : "choose a scorer first" }))
 
 /** A date filter (a day, UTC). */
 const dateInput = (name, label, current) => el("label", {}, label, el("input", { type: "date", name, "data-filter": name, value: current ?? "" }))
@@ -165,6 +169,10 @@ const select = (name, label, current, options) =>
   )
 
 const renderList = (data, params) => {
+  const scorer = params.get("scorer") ?? ""
+  // A scorer named by the URL but not by a definition (added by `rescore`) is still a choice.
+  const scorers = [...new Set([...(data.filters.scorers ?? []), ...(scorer ? [scorer] : [])])].sort()
+  const tagged = (data.filters.tags ?? []).length > 0
   const filters = el(
     "form",
     { class: "filters", id: "filters" },
@@ -174,6 +182,11 @@ const renderList = (data, params) => {
     (data.filters.models ?? []).length > 0 ? select("model", "Model", params.get("model") ?? "", data.filters.models.map((m) => [m, m === "-" ? "(none named)" : m])) : null,
     dateInput("from", "Started from", params.get("from")),
     dateInput("to", "to (UTC)", params.get("to")),
+    // Tags and scores come from the store's experiments (design 0395): shown when it has some.
+    (data.filters.tags ?? []).length > 0 ? select("tag", "Tag", params.get("tag") ?? "", data.filters.tags.map((t) => [t, t])) : null,
+    scorers.length > 0 ? select("scorer", "Score by", scorer, scorers.map((name) => [name, name])) : null,
+    scorers.length > 0 ? scoreInput("scoreMin", "from", params.get("scoreMin"), scorer) : null,
+    scorers.length > 0 ? scoreInput("scoreMax", "to", params.get("scoreMax"), scorer) : null,
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
     el("span", { class: "muted", id: "totals", "data-tokens": String(data.totals.tokens), "data-cost": data.totals.cost ? String(data.totals.cost.amount) : undefined }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
   )
@@ -182,6 +195,11 @@ const renderList = (data, params) => {
     const target = event.target
     if (target.value) next.set(target.name, target.value)
     else next.delete(target.name)
+    // Score bounds bound the chosen scorer's score: without one they go too.
+    if (!next.get("scorer")) {
+      next.delete("scoreMin")
+      next.delete("scoreMax")
+    }
     next.delete("page")
     history.pushState(null, "", `/${next.size > 0 ? `?${next}` : ""}`)
     route()
@@ -192,6 +210,8 @@ const renderList = (data, params) => {
     ["Run", "Agent", "Status", "Stop reason"].map((h) => el("th", {}, h)),
     ["Steps", "Effective", "Tokens"].map((h) => el("th", { class: "num" }, h)),
     data.totals.cost ? el("th", { class: "num", title: "the replies' tokens by the --prices table" }, `Cost (${data.totals.cost.currency})`) : null,
+    scorer ? el("th", { class: "num" }, `Score (${scorer})`) : null,
+    tagged ? el("th", {}, "Tags") : null,
     el("th", {}, "Started (UTC)"),
     el("th", { class: "num", title: "step time: time spent crashed does not count" }, "Duration")
   )
@@ -207,6 +227,8 @@ const renderList = (data, params) => {
       el("td", { class: "num" }, run.effectiveSteps),
       el("td", { class: "num" }, run.tokens),
       data.totals.cost ? el("td", { class: "num cost", "data-cost": run.cost === null ? "unpriced" : String(run.cost) }, run.cost === null ? el("span", { class: "muted", title: "the price table prices neither this run's model nor *" }, "unpriced") : money(run.cost, data.totals.cost.currency)) : null,
+      scorer ? el("td", { class: "num score", "data-score": run.score === null || run.score === undefined ? "" : String(run.score) }, run.score === null || run.score === undefined ? "-" : String(run.score)) : null,
+      tagged ? el("td", { class: "tags" }, (run.tags ?? []).map((tag) => el("span", { class: "badge tag", "data-tag": tag }, tag))) : null,
       el("td", { class: "mono" }, time(run.startedAt)),
       el("td", { class: "num" }, duration(run.elapsed))
     )

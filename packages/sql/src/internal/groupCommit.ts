@@ -156,12 +156,18 @@ interface Pending<I, A, E> {
  * With `inFlight` (decision 4), at most that many batches are being made at once: a batch's
  * first entry waits for a slot, and every entry submitted meanwhile joins its batch. Without it,
  * batches never wait for each other.
+ *
+ * With `weight` and `maxWeight` (design 0396: a statement's parameters), a batch also closes
+ * before its entries' weights would pass `maxWeight`; an entry heavier than that alone is a
+ * batch of its own.
  */
 export const batcher = <I, A, E>(options: {
   readonly group: (inputs: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<A>, E>
   readonly alone: (input: I) => Effect.Effect<A, E>
   readonly maxBatch: number
   readonly inFlight?: number | undefined
+  readonly weight?: ((input: I) => number) | undefined
+  readonly maxWeight?: number | undefined
 }): { readonly submit: (input: I) => Effect.Effect<A, E> } => {
   let waiting: Array<Pending<I, A, E>> = []
   const slots = options.inFlight === undefined ? undefined : Effect.unsafeMakeSemaphore(options.inFlight)
@@ -180,7 +186,21 @@ export const batcher = <I, A, E>(options: {
     const taken = waiting
     waiting = []
     const batches: Array<ReadonlyArray<Pending<I, A, E>>> = []
-    for (let i = 0; i < taken.length; i += options.maxBatch) batches.push(taken.slice(i, i + options.maxBatch))
+    const weigh = options.weight
+    const maxWeight = options.maxWeight ?? Infinity
+    let current: Array<Pending<I, A, E>> = []
+    let weight = 0
+    for (const entry of taken) {
+      const w = weigh === undefined ? 0 : weigh(entry.input)
+      if (current.length > 0 && (current.length >= options.maxBatch || weight + w > maxWeight)) {
+        batches.push(current)
+        current = []
+        weight = 0
+      }
+      current.push(entry)
+      weight += w
+    }
+    if (current.length > 0) batches.push(current)
     return Effect.forEach(batches, makeBatch, { discard: true })
   })
   const submit = (input: I): Effect.Effect<A, E> =>

@@ -17,6 +17,11 @@
  * hook run as `BEGIN`, one `INSERT` per record, the summary `UPDATE … RETURNING`
  * (compare-and-set on `next_seq`), the lease `SELECT … FOR SHARE`, `COMMIT` (`transaction.ts`).
  *
+ * An append of more than 1,000 records (a fork's or an import's whole log) would pass
+ * PostgreSQL's 65,535 parameters a statement in the one-statement forms: it takes the
+ * transaction, its records inserted 1,000 at a time; grouped statements close before the limit
+ * (`docs/design/0396-appends-past-the-parameter-limit.md`).
+ *
  * Every operation reserves a pooled connection (`reserve.ts`: its wait shielded from
  * interruption, which would lose the connection in `@effect/sql-pg` 0.53).
  *
@@ -69,6 +74,23 @@ SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM ins) AS inse
 
 /** Appends (of any runs) written by one grouped statement at most. */
 const maxGroupedAppends = 200
+
+/**
+ * Records one statement binds at most (design 0396): PostgreSQL allows 65,535 parameters a
+ * statement. A larger append takes the transaction, its records inserted this many at a time.
+ */
+const maxBoundRows = 1_000
+
+/** Parameters a grouped statement binds at most: 9 a run, 5 a record (PostgreSQL's limit is 65,535). */
+const maxGroupedParams = 65_535
+
+/** The text of one `INSERT` of `rows` records (run_id, seq, kind, step, payload each) inside the transaction. */
+const insertRecordsText = (rows: number): string => {
+  const values: Array<string> = []
+  let n = 0
+  for (let i = 0; i < rows; i++) values.push(`($${++n}, $${++n}, $${++n}, $${++n}, $${++n})`)
+  return `INSERT INTO polyloop_records (run_id, seq, kind, step, payload) VALUES ${values.join(", ")}`
+}
 
 /**
  * The text of the grouped append of `appends` appends of different runs, `rows` records in all
@@ -205,6 +227,8 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
     },
     alone: (a) => a.alone,
     maxBatch: maxGroupedAppends,
+    weight: (a) => a.run.length + a.records.length,
+    maxWeight: maxGroupedParams,
     inFlight: GroupCommit.pgBatchesInFlight
   })
 
@@ -225,7 +249,10 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
     const startedRecord = first.record._tag === "RunStarted" ? first.record : undefined
     const agent = startedRecord === undefined ? undefined : agentOf(startedRecord)
 
-    if (options.faultPoint === undefined && agent === undefined) {
+    // Past `maxBoundRows` records the one-statement forms would pass PostgreSQL's parameter
+    // limit: such an append takes the transaction below (design 0396).
+    const bound = records.length <= maxBoundRows
+    if (options.faultPoint === undefined && agent === undefined && bound) {
       // One statement, one round trip: its parameters are the summary UPDATE's, the lease
       // owner when fenced, then each record's (seq, kind, step, payload).
       const params: Array<Statements.Param> = update
@@ -246,7 +273,7 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
         (ok) => (ok ? Effect.void : Effect.fail(new Backend.SeqConflict()))
       )
     }
-    if (options.faultPoint === undefined && startedRecord !== undefined && agent !== undefined && finished === undefined) {
+    if (options.faultPoint === undefined && startedRecord !== undefined && agent !== undefined && finished === undefined && bound) {
       const params: Array<Statements.Param> = [
         runId,
         agent,
@@ -267,12 +294,22 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
     // One chain of statements on the transaction's connection (built, not run, here).
     const writes = (conn: Connection): Effect.Effect<void, SqlError | Backend.SeqConflict | Backend.LeaseLost | StoreError> => {
       let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
-      for (let i = 0; i < records.length; i++) {
-        const stored = records[i]!
-        if (options.faultPoint !== undefined) {
+      if (options.faultPoint !== undefined) {
+        // Record by record, the fault hook's point before each.
+        for (let i = 0; i < records.length; i++) {
+          const stored = records[i]!
           chain = Effect.zipRight(chain, faultIn(conn, { stage: "BeforeRecord", runId, seq: stored.seq, index: i }))
+          chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
         }
-        chain = Effect.zipRight(chain, exec(conn, insertRecordSql, [runId, stored.seq, stored.kind, stepOf(stored.record), stored.json]))
+      } else {
+        // At most `maxBoundRows` records a statement.
+        for (let from = 0; from < records.length; from += maxBoundRows) {
+          const chunk = records.slice(from, from + maxBoundRows)
+          const params: Array<Statements.Param> = []
+          for (const stored of chunk) params.push(runId, stored.seq, stored.kind, stepOf(stored.record), stored.json)
+          const text = chunk.length === maxBoundRows ? textFor(`insert:${maxBoundRows}`, () => insertRecordsText(maxBoundRows)) : insertRecordsText(chunk.length)
+          chain = Effect.zipRight(chain, exec(conn, text, params))
+        }
       }
       if (agent !== undefined && startedRecord !== undefined) {
         chain = Effect.zipRight(chain, exec(conn, insertRunSql, [runId, agent, "Unfinished", startedRecord.startedAt, ...startedValues(startedRecord)]))

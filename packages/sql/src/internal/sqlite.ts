@@ -22,6 +22,10 @@
  *    `backend.ts` turns into `ConcurrentWriter`; any other failure is a `StoreError` with the
  *    path (`errors.ts`).
  *
+ * An append of more than 1,000 records (a fork's or an import's whole log) is one statement too,
+ * its rows in one JSON parameter, past SQLite's limit of 32,766 parameters a statement
+ * (`docs/design/0396-appends-past-the-parameter-limit.md`); it is never grouped.
+ *
  * With a fault hook (tests) the same rows go in one by one inside `BEGIN IMMEDIATE … COMMIT`
  * (`transaction.ts`), so that the hook runs between them and on a reserved connection.
  *
@@ -29,7 +33,7 @@
  */
 import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import type { StoreError } from "@polyloop/core/Errors"
+import { StoreError } from "@polyloop/core/Errors"
 import type * as RunLogStore from "@polyloop/core/RunLogStore"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -55,14 +59,55 @@ const appendViewSql: ReadonlyArray<string> = Array.from({ length: 33 }, (_, rows
 /** The one statement of a SQLite append (or group of appends) of `rows` records; the driver prepares each text once. */
 const appendViewFor = (rows: number): string => appendViewSql[rows] ?? appendViewText(rows)
 
+/** Parameters of one append-view row. */
+const appendViewWidth = 15
+
+/**
+ * Records an append binds one parameter per column at most; a larger append passes its rows in
+ * one JSON parameter (`appendViewJson`). SQLite allows 32,766 parameters a statement (2,184 rows).
+ */
+const maxBoundRows = GroupCommit.maxGroupRows
+
+/**
+ * The one statement of an append of any number of records (design 0396): the same rows as
+ * `appendViewText` binds, as one JSON array of 15-value arrays, read back in order by `jsonb_each`
+ * (SQLite 3.45 or later; better-sqlite3 bundles 3.51).
+ */
+const appendViewJson = `INSERT INTO polyloop_append (${appendViewColumns}) SELECT ${
+  Array.from({ length: appendViewWidth }, (_, i) => `value ->> ${i}`).join(", ")
+} FROM jsonb_each(?) ORDER BY key`
+
+/** The rows of `params` (15 values each, one after another) as one JSON array, or a `StoreError` if no string can hold it. */
+const rowsJson = (params: ReadonlyArray<Statements.Param>, rows: number, runId: string, path: string | undefined): string | StoreError => {
+  const parts: Array<string> = []
+  for (let i = 0; i < rows; i++) parts.push(JSON.stringify(params.slice(i * appendViewWidth, (i + 1) * appendViewWidth)))
+  try {
+    return `[${parts.join(",")}]`
+  } catch (cause) {
+    // V8's longest string (~512 M characters): the append is larger than one statement carries.
+    return new StoreError({
+      reason: "Encode",
+      runId,
+      ...(path === undefined ? {} : { path }),
+      message: `run ${runId}: an append of ${rows} records is larger than one SQLite statement carries; nothing was written`,
+      cause
+    })
+  }
+}
+
 /** SQLite's append: one `INSERT` into the append view (grouped with other runs' appends while several are claimed). */
 const makeAppend = (statements: Statements.Statements, options: Options, leases: Lease.Leases): Backend.Append => {
   const { exec, faultIn, query, transaction } = statements
   const write = (params: ReadonlyArray<Statements.Param>, rows: number): Effect.Effect<void, SqlError> =>
     Effect.asVoid(query(appendViewFor(rows), params))
   const group = GroupCommit.make(write)
-  const writeAppend = (params: ReadonlyArray<Statements.Param>, rows: number): Effect.Effect<void, SqlError> =>
-    leases.held.size <= 1 || rows > GroupCommit.maxGroupRows ? write(params, rows) : group.submit(params, rows)
+  const writeAppend = (params: ReadonlyArray<Statements.Param>, rows: number, runId: string): Effect.Effect<void, SqlError | StoreError> => {
+    if (rows > maxBoundRows) {
+      const json = rowsJson(params, rows, runId, statements.path)
+      return typeof json === "string" ? Effect.asVoid(query(appendViewJson, [json])) : Effect.fail(json)
+    }
+    return leases.held.size <= 1 ? write(params, rows) : group.submit(params, rows)
+  }
 
   return (runId, records, owner) => {
     const params: Array<Statements.Param> = []
@@ -94,8 +139,8 @@ const makeAppend = (statements: Statements.Statements, options: Options, leases:
         delta.inputTokens
       )
     }
-    if (options.faultPoint === undefined) return writeAppend(params, records.length)
-    const width = params.length / records.length
+    if (options.faultPoint === undefined) return writeAppend(params, records.length, runId)
+    const width = appendViewWidth
     return transaction((conn) => {
       let chain: Effect.Effect<unknown, SqlError | StoreError> = Effect.void
       for (let i = 0; i < records.length; i++) {

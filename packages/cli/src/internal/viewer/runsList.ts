@@ -1,6 +1,7 @@
 /**
  * The runs list of `polyloop serve` (`GET /api/runs`): the query (status, agent, stop reason,
- * start day from/to, model, page) decoded from the URL's search parameters, and the filtering and paging done over the
+ * start day from/to, model, tag, scorer and score bounds, page) decoded from the URL's search
+ * parameters, and the filtering and paging done over the
  * store's `listRuns()` (newest first, as the store returns them). See docs/design/0190-viewer.md
  * for why the filters run here and not in the store.
  *
@@ -12,6 +13,7 @@ import * as StopReason from "@polyloop/core/StopReason"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Prices from "./prices.js"
+import * as RunTags from "./runTags.js"
 
 /** The most runs one page holds. */
 export const maxPageSize = 200
@@ -20,6 +22,11 @@ export const maxPageSize = 200
 export const defaultPageSize = 25
 
 const OptionalText = Schema.optional(Schema.String.pipe(Schema.maxLength(400)))
+
+/** A decimal number, or empty for "no bound". */
+const OptionalNumber = Schema.optional(Schema.String.pipe(Schema.pattern(/^(?:-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)?$/), Schema.maxLength(40)))
+
+const present = (value: string | undefined): value is string => value !== undefined && value !== ""
 
 /** The search parameters of `GET /api/runs`; an empty value means "no filter". */
 export const RunsQuery = Schema.Struct({
@@ -34,10 +41,22 @@ export const RunsQuery = Schema.Struct({
   to: Schema.optional(Schema.String.pipe(Schema.pattern(/^(?:\d{4}-\d{2}-\d{2})?$/))),
   /** The model the run's snapshot names (`-` for none). */
   model: OptionalText,
+  /** A tag of the run: its experiment, or its experiment and configuration `<experiment>/<configuration>` (design 0395). */
+  tag: OptionalText,
+  /** Only runs scored by this scorer (design 0395), each listed with its score. */
+  scorer: OptionalText,
+  /** The least score (by `scorer`), included. */
+  scoreMin: OptionalNumber,
+  /** The greatest score (by `scorer`), included. */
+  scoreMax: OptionalNumber,
   /** The page, from 1. */
   page: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.greaterThanOrEqualTo(1))),
   pageSize: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxPageSize)))
-})
+}).pipe(Schema.filter((query) =>
+  present(query.scorer) || (!present(query.scoreMin) && !present(query.scoreMax))
+    ? true
+    : { path: ["scorer"], message: "scoreMin and scoreMax bound a scorer's score: name the scorer (scorer=<name>)" }
+))
 /** @internal */
 export type RunsQuery = typeof RunsQuery.Type
 
@@ -56,10 +75,8 @@ export const stopReasonLabel = (summary: RunLogStore.RunSummary): string | null 
   return `turn ${conversation.turns - 1}: ${StopReason.format(conversation.lastStopReason)}`
 }
 
-const present = (value: string | undefined): value is string => value !== undefined && value !== ""
-
-/** Does the run pass the query's filters? */
-export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary): boolean => {
+/** Does the run pass the query's filters (tags and scores from `annotations`, design 0395)? */
+export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary, annotations: RunTags.Annotations = RunTags.none): boolean => {
   if (present(query.status) && summary.status !== query.status) return false
   if (present(query.agent) && summary.agent !== query.agent) return false
   if (present(query.from) && summary.startedAt < Date.parse(`${query.from}T00:00:00Z`)) return false
@@ -69,6 +86,13 @@ export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary): bool
     const reason = listedStopReason(summary)
     if (reason === undefined) return false
     if (reason._tag !== query.stopReason && StopReason.format(reason) !== query.stopReason) return false
+  }
+  if (present(query.tag) && !annotations.tagsOf(summary.runId).includes(query.tag)) return false
+  if (present(query.scorer)) {
+    const score = annotations.scores?.get(summary.runId)
+    if (score === undefined) return false
+    if (present(query.scoreMin) && score < Number(query.scoreMin)) return false
+    if (present(query.scoreMax) && score > Number(query.scoreMax)) return false
   }
   return true
 }
@@ -107,9 +131,15 @@ export const totals = (runs: ReadonlyArray<RunLogStore.RunSummary>, prices: Pric
  * filters can take (from all runs, so a filter never hides its own alternatives); with a price
  * table, each run's cost (null: unpriced) and the filtered runs' total.
  */
-export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary>, prices?: Prices.PriceTable) => {
+export const page = (
+  query: RunsQuery,
+  all: ReadonlyArray<RunLogStore.RunSummary>,
+  prices?: Prices.PriceTable,
+  annotations: RunTags.Annotations = RunTags.none
+) => {
   const pageSize = query.pageSize ?? defaultPageSize
-  const filtered = all.filter((summary) => matches(query, summary))
+  const filtered = all.filter((summary) => matches(query, summary, annotations))
+  const scored = present(query.scorer) ? annotations.scores : undefined
   const pages = Math.max(1, Math.ceil(filtered.length / pageSize))
   const current = Math.min(query.page ?? 1, pages)
   const runs = filtered.slice((current - 1) * pageSize, current * pageSize)
@@ -118,7 +148,9 @@ export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary
     runs: runs.map((summary) => ({
       ...encodeSummary(summary),
       stopReasonLabel: stopReasonLabel(summary),
-      ...(prices === undefined ? {} : { cost: costOf(prices, summary) ?? null })
+      ...(prices === undefined ? {} : { cost: costOf(prices, summary) ?? null }),
+      tags: annotations.tagsOf(summary.runId),
+      ...(scored === undefined ? {} : { score: scored.get(summary.runId) ?? null })
     })),
     total: filtered.length,
     totals: totals(filtered, prices),
@@ -129,7 +161,9 @@ export const page = (query: RunsQuery, all: ReadonlyArray<RunLogStore.RunSummary
       statuses: sortedDistinct(all.map((summary) => summary.status)),
       agents: sortedDistinct(all.map((summary) => summary.agent)),
       models: sortedDistinct(all.flatMap((summary) => (summary.model === undefined ? [] : [summary.model ?? "-"]))),
-      stopReasons: sortedDistinct([...reasons.map((reason) => reason._tag), ...reasons.map(StopReason.format)])
+      stopReasons: sortedDistinct([...reasons.map((reason) => reason._tag), ...reasons.map(StopReason.format)]),
+      tags: annotations.tags,
+      scorers: annotations.scorers
     }
   }
 }
