@@ -1,7 +1,7 @@
 /**
  * Child process of the sub-agent SIGKILL test (design 0405): runs (or resumes) a planner whose
  * step 0 hands three files to reader sub-agents (two at a time), each a durable child run; a
- * reader calls `charge` (replay policy "Never": it appends `<child run id> <call id>` to
+ * reader calls `charge` (replay policy "Never": it appends `<file> <child run id> <call id>` to
  * <ledger>, the side effect that must happen at most once) and answers; the planner answers.
  *
  *   node --import tsx subagent-agent.ts <sqlite:<file> | pg:<url>> <ledger> <runId> [<hold>]
@@ -60,7 +60,7 @@ const charge = Tool.make({
       const ctx = yield* ToolContext
       yield* say(`charging ${ctx.runId}`)
       yield* Effect.sleep("10 millis")
-      fs.appendFileSync(ledger, `${ctx.runId} ${ctx.callId}\n`)
+      fs.appendFileSync(ledger, `${path} ${ctx.runId} ${ctx.callId}\n`)
       yield* holdAt("charged")
       yield* Effect.sleep("10 millis")
       return `charged ${path}`
