@@ -247,7 +247,7 @@ const pinnedRound = (where: string, dir: string, store: Store, expected: Readonl
       // Held inside a child: it started and did not finish.
       assert.include(["mid-child", "a child finished, not yet recorded by the planner"], landed)
     }
-    if (point === "charged") assert.strictEqual(ledgerLines(ledger).length >= 1, true, "the held charge wrote its line")
+    if (point === "charged") assert.isAtLeast(ledgerLines(ledger).length, 1, "the held charge wrote its line")
     const last = yield* Effect.promise(() => toEnd(args))
     yield* checkRound(store, runId, ledger, [life.lines, last], expected)
     return landed
