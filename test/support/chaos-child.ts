@@ -10,7 +10,8 @@
  * Crash points, named, in the order a life passes them (`point`):
  * - `before <write>` / `after <write>`: around each store write (`start`, `reply <step>`,
  *   `results <step>`, `completion <step>`, `resume`, `approvals <seq>`, `finish`, …) — the
- *   "after" point is passed once the write returned, i.e. after its commit;
+ *   "after" point is passed once the write returned, i.e. after its commit; a sub-agent's child
+ *   run's writes and claim carry its call id (`before start [call_s0_0]`, design 0405);
  * - `in transaction BeforeRecord <i>` / `in transaction BeforeCommit <n>`: inside the write's
  *   transaction (the store's fault hook);
  * - `before claim` / `after claim`, and the statements of the claim and its lease
@@ -208,13 +209,22 @@ const ack = (runId: string, first: number, last: number, tag: string) =>
     if (job !== null) report(`a ${first} ${last} ${tag} ${runId}`)
   })
 
+/**
+ * A sub-agent's child run (`<parent>/<step>/<callId>`, design 0392) names its points with its
+ * call id — `before start [call_s0_1]` — apart from its parent's; "" for a top-level run.
+ */
+const childOf = (runId: string): string => {
+  const slash = runId.lastIndexOf("/")
+  return slash < 0 ? "" : ` [${runId.slice(slash + 1)}]`
+}
+
 /** The store with crash points around each write and the claim; each write returned is acknowledged. */
 const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogStore.Service => {
   const write = <A, E, R>(runId: string, name: string, first: number, last: number, tag: string, effect: Effect.Effect<A, E, R>) =>
-    point(`before ${name}`).pipe(
+    point(`before ${name}${childOf(runId)}`).pipe(
       Effect.zipRight(effect),
       Effect.tap(() => ack(runId, first, last, tag)),
-      Effect.tap(() => point(`after ${name}`))
+      Effect.tap(() => point(`after ${name}${childOf(runId)}`))
     )
   return {
     ...store,
@@ -236,9 +246,9 @@ const withPoints = (store: RunLogStore.RunLogStore.Service): RunLogStore.RunLogS
       write(runId, `compaction ${record.step}`, record.seq, record.seq, record._tag, store.appendCompaction(runId, record)),
     appendTurn: (runId, record) => write(runId, `turn ${record.turn}`, record.seq, record.seq, record._tag, store.appendTurn(runId, record)),
     claim: (runId) =>
-      point("before claim").pipe(
+      point(`before claim${childOf(runId)}`).pipe(
         Effect.zipRight(store.claim(runId)),
-        Effect.tap(() => point("after claim")),
+        Effect.tap(() => point(`after claim${childOf(runId)}`)),
         // Added after the claim's own finalizers, so run before them: the lease is still held
         // and its heartbeat still renews while this waits.
         Effect.tap(() => Effect.addFinalizer(() => awaitTimedCrash))

@@ -11,7 +11,10 @@
  *   (`never …` / `always …`), a reply without code (an invalid decision), and a last block the
  *   environment reports as completing the run;
  * - `approval`: a refund (`"Never"`, approval required) approved, a second one rejected, an echo
- *   and `submit` (design 0160: the run suspends, a person decides, the run resumes).
+ *   and `submit` (design 0160: the run suspends, a person decides, the run resumes);
+ * - `subagents`: a planner whose step 0 hands two files to reader sub-agents, one after the
+ *   other — each a durable child run (design 0392) that calls `write` (`"Never"`) and `submit` —
+ *   and whose step 1 submits (design 0405).
  *
  * Every side effect (tool handler or code execution) appends one JSON line to the scenario's
  * side file with `O_APPEND` (one `write(2)`, which a SIGKILL cannot cut), between the hook's
@@ -23,10 +26,11 @@ import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as Approval from "@polyloop/core/Approval"
 import * as CodeBlockParser from "@polyloop/core/CodeBlockParser"
 import type * as DecisionParser from "@polyloop/core/DecisionParser"
-import type * as ModelReply from "@polyloop/core/ModelReply"
+import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolContext from "@polyloop/core/ToolContext"
+import * as SubAgent from "@polyloop/core/SubAgent"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Duration from "effect/Duration"
@@ -37,11 +41,11 @@ import * as Schema from "effect/Schema"
 import * as Scenario from "./crash-scenario.js"
 
 /** The scripted runs. */
-export const scriptNames = ["tools", "multi", "code", "approval"] as const
+export const scriptNames = ["tools", "multi", "code", "approval", "subagents"] as const
 export type ScriptName = (typeof scriptNames)[number]
 
 /** How many steps each script has in the suite. */
-export const defaultSteps: Record<ScriptName, number> = { tools: 7, multi: 3, code: 5, approval: 4 }
+export const defaultSteps: Record<ScriptName, number> = { tools: 7, multi: 3, code: 5, approval: 4, subagents: 2 }
 
 /** Called just before and just after a side effect (the line appended to the side file). */
 export type EffectHook = (what: string, phase: "BeforeEffect" | "AfterEffect") => Effect.Effect<void>
@@ -102,6 +106,16 @@ export interface Job {
 /** The run ids of a life of `runs` runs: `runId` alone, or `runId.g0`, `runId.g1`, …. */
 export const runIdsOf = (runId: string, runs: number): ReadonlyArray<string> =>
   runs <= 1 ? [runId] : Array.from({ length: runs }, (_, i) => `${runId}.g${i}`)
+
+/** The call ids of the `subagents` script's children (its planner's step 0 calls `read` twice). */
+export const childCallIds: ReadonlyArray<string> = ["call_s0_0", "call_s0_1"]
+
+/**
+ * The runs a scenario checks: the runs a life runs and, for the `subagents` script, each one's
+ * children (their run ids derived from the parent's, step 0 and the call ids).
+ */
+export const checkedRunIdsOf = (script: ScriptName, runId: string, runs: number): ReadonlyArray<string> =>
+  runIdsOf(runId, runs).flatMap((id) => (script === "subagents" ? [id, ...childCallIds.map((callId) => SubAgent.childRunId(id, 0, callId))] : [id]))
 
 /** How a life that was not killed ended. */
 export interface End {
@@ -180,12 +194,51 @@ const approvalTools = (sideFile: string, hook: EffectHook) => {
   return ToolRegistry.make(refund, ...base.tools)
 }
 
+// ---- sub-agents -----------------------------------------------------------------------------
+
+const subAgentFiles = ["a.md", "b.md"]
+
+/**
+ * The planner's tool `read`: a reader sub-agent per call, whose tools are the suite's (`write`,
+ * `"Never"`, and `submit`). The reader writes its file's key, then submits.
+ */
+const subAgentTools = (sideFile: string, hook: EffectHook) =>
+  ToolRegistry.make(SubAgent.tool({
+    name: "read",
+    description: "Hands one file to a reader agent.",
+    parameters: Schema.Struct({ path: Schema.String }),
+    agent: AgentDefinition.make({
+      name: "chaos-reader",
+      systemPrompt: "You read one file.",
+      budget: { maxSteps: 4 },
+      modelRetry: { maxAttempts: 1, baseDelay: Duration.millis(1), maxDelay: Duration.millis(1) }
+    }),
+    tools: Scenario.tools(sideFile, 0, hook),
+    task: ({ path }) => `Read ${path}.`
+  }))
+
+/** The planner and its readers share one scripted model: the system prompt says whose call it is. */
+const subAgentScript: ScriptedModel.Script = (request, call) => {
+  const system = request.messages[0]
+  if (system?._tag === "System" && system.text === "You read one file.") {
+    const task = request.messages.find((m) => m._tag === "User")
+    const file = task?._tag === "User" ? task.text.slice("Read ".length, -1) : ""
+    return call.step === 0
+      ? ScriptedModel.toolCall("write", { key: file, value: "read" }, { usage })
+      : ScriptedModel.toolCall("submit", { answer: `read ${file}` }, { usage })
+  }
+  if (call.step === 0) {
+    return ModelReply.make({ text: "", toolCalls: subAgentFiles.map((path) => ({ id: "", name: "read", argumentsText: JSON.stringify({ path }) })), usage })
+  }
+  return ScriptedModel.toolCall("submit", { answer: "all read" }, { usage })
+}
+
 // ---- the runs -------------------------------------------------------------------------------
 
 /** What a child needs to run one script. */
 export interface Setup {
   readonly agent: AgentDefinition.AgentDefinition
-  readonly replies: ReadonlyArray<ModelReply.ModelReply>
+  readonly replies: ScriptedModel.Script
   readonly tools: ToolRegistry.ToolRegistry<ToolContext.ToolContext>
   readonly parser: Layer.Layer<DecisionParser.DecisionParser>
   /** The executor: the tools' derived one, or the code executor. */
@@ -232,6 +285,18 @@ export const setup = (script: ScriptName, steps: number, sideFile: string, hook:
       return {
         agent: agentOf("chaos-approval", steps),
         replies: Array.from({ length: steps }, (_, i) => approvalReplyOf(i, steps)),
+        tools,
+        parser: NativeToolCallParser.layer({ onText: "NoAction" }),
+        executor: toolsOf(tools)
+      }
+    }
+    case "subagents": {
+      const tools = subAgentTools(sideFile, hook)
+      return {
+        // Its own steps and its two children's (2 each) in its budget (design 0392); one call at a
+        // time, so that every life passes the children's points in the same order.
+        agent: agentOf("chaos-subagents", steps + 4),
+        replies: subAgentScript,
         tools,
         parser: NativeToolCallParser.layer({ onText: "NoAction" }),
         executor: toolsOf(tools)

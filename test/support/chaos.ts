@@ -97,7 +97,7 @@ export interface Reference {
   readonly lengths: ReadonlyArray<number>
   /** The scenarios: the crash points, deterministic ones in order, then the timed ones. */
   readonly keys: ReadonlyArray<Key>
-  /** The log of each run, in the order of `Scripts.runIdsOf`. */
+  /** The log of each run, in the order of `Scripts.checkedRunIdsOf` (a sub-agent's children after their parent). */
   readonly logs: ReadonlyArray<RunLog.RunLog>
 }
 
@@ -158,7 +158,7 @@ export const closeEnv = async (env: Env) => {
 /** Where one scenario's run lives. */
 interface Place {
   readonly store: Job["store"]
-  /** The life's run id (`Job.runId`); its runs are `Scripts.runIdsOf(runId, variant.runs)`. */
+  /** The life's run id (`Job.runId`); its runs are `Scripts.runIdsOf(runId, variant.runs)` (and their children, `Scripts.checkedRunIdsOf`). */
   readonly runId: string
   readonly runIds: ReadonlyArray<string>
   readonly side: string
@@ -174,7 +174,7 @@ const place = async (env: Env, variant: Variant, label: string): Promise<Place> 
   Fs.mkdirSync(dir)
   const side = Path.join(dir, "side.jsonl")
   const runId = `chaos-${label}-${process.pid}-${places}`
-  const runIds = Scripts.runIdsOf(runId, variant.runs)
+  const runIds = Scripts.checkedRunIdsOf(variant.script, runId, variant.runs)
   const removeDir = () => Fs.rmSync(dir, { recursive: true, force: true })
   if (variant.store === "sqlite") {
     const file = Path.join(dir, "run.db")
@@ -315,6 +315,16 @@ const difference = (
     case "ActionResulted": {
       const other = uncrashed as RunLog.ActionResulted
       if (crashed.step !== other.step || crashed.callIndex !== other.callIndex || !same(crashed.action, other.action)) return `another action at step ${crashed.step}`
+      // A sub-agent's child (design 0405): the same run, stop reason, steps and usage; its
+      // effective steps fewer only by a step whose "Never" call a kill interrupted.
+      if (crashed.child !== undefined || other.child !== undefined) {
+        if (crashed.child === undefined || other.child === undefined) return `a child recorded at step ${crashed.step} in one log only`
+        // Its run id relative to its parent's (`<parent>/<step>/<callId>`): the scenarios' parents have other ids.
+        const relative = (child: RunLog.ChildRun) => ({ ...child, runId: child.runId.slice(child.runId.indexOf("/")), effectiveSteps: 0 })
+        if (!same(relative(crashed.child), relative(other.child)) || crashed.child.effectiveSteps > other.child.effectiveSteps) {
+          return `another child at step ${crashed.step}: ${JSON.stringify(crashed.child)}`
+        }
+      }
       if (same(crashed.outcome, other.outcome)) return undefined
       return interrupted.seqs.has(crashed.seq) ? undefined : `another outcome at step ${crashed.step}: ${JSON.stringify(crashed.outcome)}`
     }
@@ -622,8 +632,9 @@ const groupedSteps = 4
 /**
  * The suite's variants: every script on SQLite through the fault hook, the tool script also
  * without it (appends as applications run them), and three runs of it at once in lockstep, whose
- * appends the store writes grouped in one statement (design 0350); with PostgreSQL the same on
- * the suite's database, and the opening of a fresh database (its migration) for the tool script.
+ * appends the store writes grouped in one statement (design 0350), and a planner with two
+ * sub-agent children (design 0405); with PostgreSQL the same on the suite's database, and the
+ * opening of a fresh database (its migration) for the tool script.
  */
 export const suiteVariants = (options: { readonly pg: boolean }): ReadonlyArray<Variant> => {
   const on = (store: StoreKind): ReadonlyArray<Variant> => [
@@ -633,7 +644,9 @@ export const suiteVariants = (options: { readonly pg: boolean }): ReadonlyArray<
     { script: "code", store, hooked: true, steps: Scripts.defaultSteps.code, runs: 1 },
     { script: "approval", store, hooked: true, steps: Scripts.defaultSteps.approval, runs: 1 },
     // Three runs at once, appends as applications run them: grouped (design 0350).
-    { script: "tools", store, hooked: false, steps: groupedSteps, runs: 3 }
+    { script: "tools", store, hooked: false, steps: groupedSteps, runs: 3 },
+    // A planner and two sub-agent children, one after the other (design 0405).
+    { script: "subagents", store, hooked: true, steps: Scripts.defaultSteps.subagents, runs: 1 }
   ]
   return [
     ...on("sqlite"),
