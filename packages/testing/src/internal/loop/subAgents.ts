@@ -324,7 +324,12 @@ const renamed = (log: RunLog.RunLog, runId: string): string =>
     // A child killed between its reply and its "Never" call resumes with that call recorded as
     // interrupted, not run again (SPEC §9): its own effective steps may be one fewer. Everything
     // else the parent records of it is the same.
-    (key, value) => (key === "startedAt" || key === "finishedAt" || key === "elapsed" || key === "at" ? 0 : key === "effectiveSteps" && typeof value === "number" ? "n" : value)
+    function(this: unknown, key, value) {
+      if (key === "startedAt" || key === "finishedAt" || key === "elapsed" || key === "at") return 0
+      // Only the child's own count (inside `child`) may differ; the parent's must not.
+      const holder = this as { readonly runId?: unknown; readonly stopReason?: unknown }
+      return key === "effectiveSteps" && holder.runId !== undefined && holder.stopReason !== undefined ? "n" : value
+    }
   ).split(runId).join("<run>")
 
 /** Concurrent calls write their results as they finish: compare a step's results in call order. */
