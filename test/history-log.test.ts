@@ -46,7 +46,7 @@ const v2Model = ScriptedModel.make((_, call) =>
     : ModelReply.make({ text: "done", usage: { inputTokens: 100 + call.step, outputTokens: 1 } }))
 const services = Layer.mergeAll(NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop)
 
-describe("version-2 logs under version 3", () => {
+describe("version-2 logs under the current version", () => {
   it.effect("read (no compactions), verify clean, resume with the requests the old code sent, replay as identical, export the same bytes", () =>
     Effect.gen(function*() {
       const ids = yield* LogFile.importText(fixture("v2-masked-finished.jsonl") + fixture("v2-masked-crashed.jsonl"))
@@ -105,7 +105,7 @@ describe("a compacting run's log", () => {
       const store = yield* RunLogStore.RunLogStore
       const log = yield* store.readLog(id, { verify: true })
       assert.isTrue(log.compactions.some((c) => c.summary !== undefined))
-      assert.strictEqual(Option.getOrThrow(log.started).logVersion, 3)
+      assert.strictEqual(Option.getOrThrow(log.started).logVersion, RunLog.logVersion)
       assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
       const exported = LogFile.toJsonl(log)
       assert.include(exported, "\"_tag\":\"HistoryCompacted\"")
