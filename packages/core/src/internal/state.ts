@@ -49,6 +49,8 @@ export interface State {
   turnStart: TurnStart
   /** The indices in `messages` of the conversation's user messages after the task (never masked, never dropped). */
   readonly turnMessages: Array<number>
+  /** The turn's answers that did not decode against the output schema (design 0400). */
+  invalidOutputs: number
 }
 
 /** Counters at the start of a turn. @internal */
@@ -79,7 +81,8 @@ export const fresh = (messages: History.Messages): State => ({
   turn: 0,
   turnFinished: false,
   turnStart: { steps: 0, effectiveSteps: 0, inputTokens: 0, outputTokens: 0, elapsed: 0 },
-  turnMessages: []
+  turnMessages: [],
+  invalidOutputs: 0
 })
 
 /**
@@ -92,6 +95,7 @@ export const startTurn = (state: State, message: RunLog.UserMessaged): void => {
   state.turn = message.turn
   state.turnFinished = false
   state.last = undefined
+  state.invalidOutputs = 0
   state.turnStart = {
     steps: state.steps,
     effectiveSteps: state.effectiveSteps,
@@ -121,6 +125,7 @@ export const applyStep = (
   state.outputTokens += step.usage.outputTokens
   state.elapsed += step.elapsed
   state.last = { decision: step.decision, results }
+  if (step.decision._tag === "InvalidDecision" && step.decision.invalidOutput !== undefined) state.invalidOutputs += 1
   state.lastInputTokens = reply.usage.inputTokens
   state.stepStarts.push(state.messages.length)
   History.appendStep(state.messages, reply, step.decision, results, texts)
