@@ -283,4 +283,28 @@ describe("typed final answers", () => {
       assert.isUndefined(result.output)
       assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
     }))
+
+  it.effect("a conversation: each turn's answer is typed; the attempts count per turn", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const two = AgentDefinition.make({ name: "desk", systemPrompt: "You look orders up.", budget: { maxSteps: 8 }, output: Status, outputAttempts: 2 })
+      const answer = (order: string) => JSON.stringify({ order, status: "pending", shippedOn: "2026-12-02T00:00:00.000Z" })
+      // Turn 0: one invalid answer, then a valid one. Turn 1: one invalid answer, then a valid one
+      // (with two attempts per run, not per turn, turn 1 would stop at its first invalid answer).
+      const replies = ["nope", answer("17"), "still nope", answer("18")]
+      const model = yield* ScriptedModel.make((_request, call) => ModelReply.make({ text: replies[Math.min(call.call, replies.length - 1)]! }))
+      const runId = Ids.runId("conversation")
+      const send = (messageId: string, text: string) =>
+        Agent.send({ runId, messageId, text, agent: two, tools }).pipe(Effect.provide(Layer.merge(services(store), model.layer)))
+      const first = yield* send("m0", "Where is order 17?")
+      const second = yield* send("m1", "And order 18?")
+      assert.strictEqual(first.output?.order, "17")
+      assert.strictEqual(second.stopReason._tag, "Completed")
+      assert.strictEqual(second.output?.order, "18")
+      const log = yield* store.readLog(runId)
+      assert.deepStrictEqual(log.turns.map((t) => (t.output as { order: string } | undefined)?.order), ["17", "18"])
+      // A retried send returns the same typed value.
+      const retried = yield* send("m1", "And order 18?")
+      assert.deepStrictEqual(retried, second)
+    }))
 })
