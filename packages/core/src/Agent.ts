@@ -83,6 +83,14 @@ export const run = <A = unknown>(request: RunRequest<A>): Effect.Effect<RunResul
   typed(request.runId, request.agent, execute(request, undefined))
 
 /**
+ * A result that crossed a wire (the cluster, the CLI: its `encodedOutput` only) with its typed
+ * `output` decoded by the agent's output schema (design 0400); `InvalidRunRequest` when the
+ * schema does not decode it. A result without `encodedOutput` is returned as it is.
+ */
+export const decodeOutput = <A>(agent: AgentDefinition.AgentDefinition<A>, result: RunResult): Effect.Effect<RunResult<A>, InvalidRunRequest> =>
+  typed(result.runId, agent, Effect.succeed(result))
+
+/**
  * The result with its typed `output` (design 0400): the recorded encoded output decoded by the
  * request's output schema. A finished run asked again under a schema that no longer decodes its
  * recorded output fails with `InvalidRunRequest` naming the parse error.

@@ -165,6 +165,38 @@ export interface AgentDefinition<out A = unknown> extends Schema.Schema.Type<typ
 /** The JSON Schema an output schema is described by (`JSONSchema.make`). */
 export const jsonSchemaOf = <A, I>(schema: Schema.Schema<A, I>): unknown => JSONSchema.make(schema)
 
+/** The deepest nesting of arrays and objects an answer's JSON may have (design 0400). */
+export const maxAnswerDepth = 256
+
+/** The longest parse error fed back to the model; the rest is cut and counted. */
+export const maxIssuesLength = 4000
+
+/**
+ * The nesting depth of a JSON text's arrays and objects, counted in one pass (brackets inside
+ * strings skipped). An answer deeper than `maxAnswerDepth` is refused before decoding: formatting
+ * the parse error of such a value recurses once per level and would overflow the stack.
+ */
+const depthOf = (text: string): number => {
+  let depth = 0
+  let max = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // a backslash escapes the next character
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 91 || c === 123) {
+      depth++
+      if (depth > max) max = depth
+    } else if (c === 93 || c === 125) depth--
+  }
+  return max
+}
+
+const cut = (issues: string): string =>
+  issues.length <= maxIssuesLength ? issues : `${issues.slice(0, maxIssuesLength)}… (${issues.length - maxIssuesLength} more characters)`
+
 /** Makes the `Output` of a schema. */
 export const makeOutput = <A, I>(schema: Schema.Schema<A, I>, options: {
   readonly name?: string | undefined
@@ -175,7 +207,7 @@ export const makeOutput = <A, I>(schema: Schema.Schema<A, I>, options: {
   const fromText = Schema.decodeUnknownEither(Schema.parseJson(schema))
   const encode = Schema.encodeEither(schema)
   const decode = Schema.decodeUnknownEither(schema)
-  const issues = (error: ParseResult.ParseError): string => ParseResult.TreeFormatter.formatErrorSync(error)
+  const issues = (error: ParseResult.ParseError): string => cut(ParseResult.TreeFormatter.formatErrorSync(error))
   return {
     name: options.name ?? "answer",
     jsonSchema: jsonSchemaOf(schema),
@@ -183,7 +215,9 @@ export const makeOutput = <A, I>(schema: Schema.Schema<A, I>, options: {
     constrain: options.constrain ?? true,
     invalid: options.invalid ?? defaultInvalidOutput,
     decodeAnswer: (text) =>
-      Either.flatMap(Either.mapLeft(fromText(text), issues), (value) =>
+      depthOf(text) > maxAnswerDepth
+        ? Either.left(`the answer's JSON nests deeper than ${maxAnswerDepth} levels`)
+        : Either.flatMap(Either.mapLeft(fromText(text), issues), (value) =>
         Either.match(encode(value), {
           onLeft: (error) => Either.left(issues(error)),
           // The encoded side as JSON holds it (a JSON value, as the log stores it).

@@ -20,6 +20,8 @@ import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as fc from "effect/FastCheck"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -81,6 +83,9 @@ describe("typed final answers", () => {
       const wire = Schema.decodeUnknownSync(Agent.RunResult)(Schema.encodeSync(Agent.RunResult)(result))
       assert.deepStrictEqual(wire.encodedOutput, JSON.parse(valid))
       assert.isFalse("output" in wire)
+      // …and is typed again on the other side.
+      const typedAgain = yield* Agent.decodeOutput(agent, wire)
+      assert.deepStrictEqual(typedAgain, result)
     }))
 
   it.effect("an answer that does not decode is fed back with the parse error; the model tries again and succeeds", () =>
@@ -125,8 +130,9 @@ describe("typed final answers", () => {
       assert.strictEqual(result.steps, 3, "two answers, no third")
       assert.isUndefined(result.output)
       assert.isUndefined(result.encodedOutput)
-      const log = yield* store.readLog(runId)
+      const log = yield* store.readLog(runId, { verify: true })
       assert.deepStrictEqual(Option.getOrThrow(log.finished).stopReason, result.stopReason)
+      assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
     }))
 
   it.effect("a run interrupted mid-retry resumes to the same log and the same typed value", () =>
@@ -307,4 +313,24 @@ describe("typed final answers", () => {
       const retried = yield* send("m1", "And order 18?")
       assert.deepStrictEqual(retried, second)
     }))
+
+  it.prop("decoding an answer never throws, whatever the text (odd bytes, lone surrogates, deep nesting)", [
+    fc.oneof(fc.string({ unit: "binary" }), fc.json(), fc.nat(5000).map((n) => "[".repeat(n) + "]".repeat(n)))
+  ], ([text]) => {
+    const decoded = agent.output!.decodeAnswer(text)
+    assert.isTrue(Either.isLeft(decoded) ? typeof decoded.left === "string" : decoded.right.value.order !== undefined)
+  }, { fastCheck: { numRuns: 300 } })
+
+  it("a deep or huge answer: refused with a short reason, or its parse error cut; a huge valid answer decodes", () => {
+    const output = agent.output!
+    const deep = output.decodeAnswer("[".repeat(100_000) + "]".repeat(100_000))
+    assert.isTrue(Either.isLeft(deep) && deep.left.includes("deeper than 256"))
+    const long = "x".repeat(1_000_000)
+    // Not an object: the error shows the whole value, which is cut.
+    const wrong = output.decodeAnswer(JSON.stringify([long, long]))
+    assert.isTrue(Either.isLeft(wrong))
+    assert.isTrue(Either.isLeft(wrong) && wrong.left.length < 4100 && wrong.left.includes("more characters"))
+    const big = output.decodeAnswer(JSON.stringify({ order: long, status: "shipped", shippedOn: "2026-12-01T00:00:00.000Z" }))
+    assert.isTrue(Either.isRight(big) && big.right.value.order.length === 1_000_000)
+  })
 })
