@@ -105,7 +105,7 @@ describe("a compacting run's log", () => {
       const store = yield* RunLogStore.RunLogStore
       const log = yield* store.readLog(id, { verify: true })
       assert.isTrue(log.compactions.some((c) => c.summary !== undefined))
-      assert.strictEqual(Option.getOrThrow(log.started).logVersion, RunLog.logVersion)
+      assert.strictEqual(Option.getOrThrow(log.started).logVersion, RunLog.logVersion, "a compacting run is written by the current version (3 or later)")
       assert.deepStrictEqual(RunLogAudit.logProblems(log), [])
       const exported = LogFile.toJsonl(log)
       assert.include(exported, "\"_tag\":\"HistoryCompacted\"")

@@ -205,6 +205,15 @@ export const toWireMessage = (message: Message.Message): WireMessage => {
   }
 }
 
+/** An answer's schema as Chat Completions' `response_format` (design 0400). */
+export const toResponseFormat = (output: NonNullable<ModelRequest["output"]>) => {
+  const schema = output.schema
+  const wire = typeof schema === "object" && schema !== null && !Array.isArray(schema) && "$schema" in schema
+    ? Object.fromEntries(Object.entries(schema).filter(([key]) => key !== "$schema"))
+    : schema
+  return { type: "json_schema" as const, json_schema: { name: output.name, schema: wire, strict: output.strict } }
+}
+
 /** A tool definition in Chat Completions form. */
 export const toWireTool = (tool: ToolDefinition) => ({
   type: "function" as const,
@@ -216,7 +225,10 @@ export const toWireTool = (tool: ToolDefinition) => ({
  * `maxTokensParameter`, default `max_tokens`); `parallel_tool_calls: false` when the agent takes
  * one action per step and tools are sent (the API refuses it without tools; design 0150);
  * `stream: true` with `stream_options.include_usage` when `streaming` (design 0180);
- * `settings.extra` is merged last, verbatim, so it can add or override any field.
+ * `response_format: { type: "json_schema", json_schema: { name, schema, strict } }` when the
+ * request asks for the answer's schema (design 0400; the schema's top-level `$schema` left out,
+ * as OpenAI's own examples send it); `settings.extra` is merged last, verbatim, so it can add or
+ * override any field.
  */
 export const toRequestBody = (
   request: ModelRequest,
@@ -237,6 +249,7 @@ export const toRequestBody = (
     ...(settings.seed === undefined ? {} : { seed: settings.seed }),
     ...(settings.stop === undefined ? {} : { stop: settings.stop }),
     ...(streaming ? { stream: true, stream_options: { include_usage: true } } : {}),
+    ...(request.output === undefined ? {} : { response_format: toResponseFormat(request.output) }),
     ...extra
   }
 }

@@ -217,7 +217,8 @@ const demoTarget = (snapshot: Snapshot.Snapshot): Effect.Effect<Replay.Target<un
     yield* GovDoc.seed(root).pipe(Effect.mapError((error) => new CliError({ message: `cannot prepare a workspace: ${error.message}` })))
     const tools = GovDoc.makeTools(root)
     const fs = yield* FileSystem.FileSystem
-    const { observationLimit, ...agent } = snapshot.agent
+    // The demo's agent has no output schema (a snapshot holds its JSON Schema only, design 0400).
+    const { observationLimit, output: _output, ...agent } = snapshot.agent
     const definition: AgentDefinition.AgentDefinition = { ...agent, ...(observationLimit === null ? {} : { observationLimit }), modelRetry: defaultModelRetry }
     return {
       request: (recorded) => ({ agent: definition, task: recorded.task, tools }),

@@ -23,6 +23,7 @@
 import * as Effect from "effect/Effect"
 import * as Mailbox from "effect/Mailbox"
 import type * as Schedule from "effect/Schedule"
+import * as Either from "effect/Either"
 import * as Stream from "effect/Stream"
 import type * as AgentDefinition from "./AgentDefinition.js"
 import * as Approval from "./Approval.js"
@@ -31,7 +32,7 @@ import * as EventSink from "./EventSink.js"
 import * as Fork from "./Fork.js"
 import { messageIssues, type RunId } from "./Ids.js"
 import { execute } from "./internal/attempt.js"
-import type { RunRequest, RunResult, Requirements } from "./internal/request.js"
+import { type RunRequest, type RunResult, type Requirements, withOutput } from "./internal/request.js"
 import * as Wiring from "./internal/wiring.js"
 import type { LoopEvent } from "./LoopEvent.js"
 import type { ToolRegistry } from "./ToolRegistry.js"
@@ -78,18 +79,42 @@ export const fork = Fork.fork
  * Events: `ActionExecuted.replayed` is true for the interrupted step finished on resume (its
  * `executorObservation` is empty when the action was not run again).
  */
-export const run = (request: RunRequest): Effect.Effect<RunResult, RunError, Requirements> => execute(request, undefined)
+export const run = <A = unknown>(request: RunRequest<A>): Effect.Effect<RunResult<A>, RunError, Requirements> =>
+  typed(request.runId, request.agent, execute(request, undefined))
+
+/**
+ * A result that crossed a wire (the cluster, the CLI: its `encodedOutput` only) with its typed
+ * `output` decoded by the agent's output schema (design 0400); `InvalidRunRequest` when the
+ * schema does not decode it. A result without `encodedOutput` is returned as it is.
+ */
+export const decodeOutput = <A>(agent: AgentDefinition.AgentDefinition<A>, result: RunResult): Effect.Effect<RunResult<A>, InvalidRunRequest> =>
+  typed(result.runId, agent, Effect.succeed(result))
+
+/**
+ * The result with its typed `output` (design 0400): the recorded encoded output decoded by the
+ * request's output schema. A finished run asked again under a schema that no longer decodes its
+ * recorded output fails with `InvalidRunRequest` naming the parse error.
+ */
+const typed = <A, E, R>(runId: RunId, agent: AgentDefinition.AgentDefinition<A>, attempt: Effect.Effect<RunResult, E, R>) =>
+  agent.output === undefined
+    ? attempt as Effect.Effect<RunResult<A>, E, R>
+    : Effect.flatMap(attempt, (result) =>
+      Either.match(withOutput(agent, result), {
+        onLeft: (issues) => Effect.fail(new InvalidRunRequest({ runId, issues: `the recorded output does not decode with the agent's output schema: ${issues}` })),
+        onRight: (value) => Effect.succeed(value)
+      }))
 
 /**
  * A message to a conversation (design 0300, decisions 6–9): the run id, the caller's id of the
  * message (a retried send appends nothing and returns the same turn's result), its text, and the
  * agent and tools to answer it with. The first message starts the conversation (it is its task).
  */
-export interface SendRequest {
+export interface SendRequest<A = unknown> {
   readonly runId: RunId
   readonly messageId: string
   readonly text: string
-  readonly agent: AgentDefinition.AgentDefinition
+  /** The agent; with an output schema, each turn's answer is decoded and typed (design 0400). */
+  readonly agent: AgentDefinition.AgentDefinition<A>
   readonly tools: ToolRegistry<unknown>
   readonly streaming?: boolean | undefined
   /**
@@ -123,13 +148,13 @@ export interface SendRequest {
  * appended (retry it; the message id makes the retry safe) — or, with `whileBusy`, the send is
  * tried again under that schedule until the claim is free.
  */
-export const send = (request: SendRequest): Effect.Effect<RunResult, RunError, Requirements> => {
+export const send = <A = unknown>(request: SendRequest<A>): Effect.Effect<RunResult<A>, RunError, Requirements> => {
   const issues = messageIssues(request)
   if (issues !== undefined) return Effect.fail(new InvalidRunRequest({ runId: request.runId, issues }))
-  const attempt = execute(
+  const attempt = typed(request.runId, request.agent, execute(
     { runId: request.runId, agent: request.agent, task: request.text, tools: request.tools, ...(request.streaming === undefined ? {} : { streaming: request.streaming }) },
     { messageId: request.messageId, text: request.text }
-  )
+  ))
   const whileBusy = request.whileBusy
   return whileBusy === undefined ? attempt : Effect.retry(attempt, { schedule: whileBusy, while: (error) => error._tag === "RunBusy" })
 }

@@ -5,6 +5,9 @@
  * @since 0.1.0
  */
 import * as Duration from "effect/Duration"
+import * as Either from "effect/Either"
+import * as JSONSchema from "effect/JSONSchema"
+import * as ParseResult from "effect/ParseResult"
 import * as Schedule from "effect/Schedule"
 import * as HistoryPolicy from "./HistoryPolicy.js"
 import * as Schema from "effect/Schema"
@@ -118,13 +121,117 @@ export const AgentDefinition = Schema.Struct({
    * or `HistoryPolicy.maskObservations(…)`. The log keeps everything either way. In the snapshot.
    */
   history: Schema.optional(HistoryPolicy.HistoryPolicy),
+  /**
+   * How many answers that do not decode against `output` a turn allows (design 0400); the one
+   * after the last stops the run with `InvalidOutput`. Default 3. In the snapshot (with `output`).
+   */
+  outputAttempts: Schema.optional(Schema.Int.pipe(Schema.positive())),
   modelRetry: ModelRetry
 })
-/** @since 0.1.0 */
-export interface AgentDefinition extends Schema.Schema.Type<typeof AgentDefinition> {}
 
-/** Makes a definition with defaults for the synthetic texts, model settings and retries. */
-export const make = (fields: {
+/** The default `outputAttempts`. */
+export const defaultOutputAttempts = 3
+
+/** The default text fed back after an answer that does not decode (`{issues}`: the parse error). */
+export const defaultInvalidOutput =
+  "Your final answer was not used: it must be JSON matching the answer's schema, and it is not:\n{issues}\nReply again with the corrected answer only."
+
+/**
+ * An agent's output schema (design 0400), as the loop uses it: the name a provider is told, the
+ * JSON Schema, whether the provider is asked to constrain its text (`constrain`) and strictly
+ * (`strict`), and the decoders made from the schema. It holds only functions that return `A`,
+ * so an `Output<A>` is an `Output<unknown>`.
+ */
+export interface Output<out A> {
+  readonly name: string
+  /** `JSONSchema.make` of the schema. */
+  readonly jsonSchema: unknown
+  readonly strict: boolean
+  readonly constrain: boolean
+  /** The text fed back after an answer that does not decode (`{issues}` is filled). */
+  readonly invalid: string
+  /** An answer text read as JSON and decoded: the value and its encoded form (a JSON value), or the parse error as text. */
+  readonly decodeAnswer: (text: string) => Either.Either<{ readonly value: A; readonly encoded: unknown }, string>
+  /** A recorded encoded output decoded back, or the parse error as text. */
+  readonly decodeRecorded: (encoded: unknown) => Either.Either<A, string>
+}
+
+/** An agent definition; `A` is the type of its final answer when it has an output schema (design 0400). */
+export interface AgentDefinition<out A = unknown> extends Schema.Schema.Type<typeof AgentDefinition> {
+  /** The output schema's use (design 0400); absent: the answer is text. In the snapshot. */
+  readonly output?: Output<A>
+}
+
+/** The JSON Schema an output schema is described by (`JSONSchema.make`). */
+export const jsonSchemaOf = <A, I>(schema: Schema.Schema<A, I>): unknown => JSONSchema.make(schema)
+
+/** The deepest nesting of arrays and objects an answer's JSON may have (design 0400). */
+export const maxAnswerDepth = 256
+
+/** The longest parse error fed back to the model; the rest is cut and counted. */
+export const maxIssuesLength = 4000
+
+/**
+ * The nesting depth of a JSON text's arrays and objects, counted in one pass (brackets inside
+ * strings skipped). An answer deeper than `maxAnswerDepth` is refused before decoding: formatting
+ * the parse error of such a value recurses once per level and would overflow the stack.
+ */
+const depthOf = (text: string): number => {
+  let depth = 0
+  let max = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // a backslash escapes the next character
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 91 || c === 123) {
+      depth++
+      if (depth > max) max = depth
+    } else if (c === 93 || c === 125) depth--
+  }
+  return max
+}
+
+const cut = (issues: string): string =>
+  issues.length <= maxIssuesLength ? issues : `${issues.slice(0, maxIssuesLength)}… (${issues.length - maxIssuesLength} more characters)`
+
+/** Makes the `Output` of a schema. */
+export const makeOutput = <A, I>(schema: Schema.Schema<A, I>, options: {
+  readonly name?: string | undefined
+  readonly strict?: boolean | undefined
+  readonly constrain?: boolean | undefined
+  readonly invalid?: string | undefined
+} = {}): Output<A> => {
+  const fromText = Schema.decodeUnknownEither(Schema.parseJson(schema))
+  const encode = Schema.encodeEither(schema)
+  const decode = Schema.decodeUnknownEither(schema)
+  const issues = (error: ParseResult.ParseError): string => cut(ParseResult.TreeFormatter.formatErrorSync(error))
+  return {
+    name: options.name ?? "answer",
+    jsonSchema: jsonSchemaOf(schema),
+    strict: options.strict ?? false,
+    constrain: options.constrain ?? true,
+    invalid: options.invalid ?? defaultInvalidOutput,
+    decodeAnswer: (text) =>
+      depthOf(text) > maxAnswerDepth
+        ? Either.left(`the answer's JSON nests deeper than ${maxAnswerDepth} levels`)
+        : Either.flatMap(Either.mapLeft(fromText(text), issues), (value) =>
+        Either.match(encode(value), {
+          onLeft: (error) => Either.left(issues(error)),
+          // The encoded side as JSON holds it (a JSON value, as the log stores it).
+          onRight: (encoded) => Either.right({ value, encoded: JSON.parse(JSON.stringify(encoded)) as unknown })
+        })),
+    decodeRecorded: (encoded) => Either.mapLeft(decode(encoded), issues)
+  }
+}
+
+/** The text fed back after an answer that does not decode, filled with its parse error. */
+export const invalidOutputText = (output: Output<unknown>, issues: string): string => output.invalid.split("{issues}").join(issues)
+
+/** What `make` takes besides an output schema. */
+export interface Fields {
   readonly name: string
   readonly systemPrompt: string
   readonly budget: AgentDefinition["budget"]
@@ -137,7 +244,42 @@ export const make = (fields: {
   readonly actionConcurrency?: number
   readonly history?: HistoryPolicy.HistoryPolicy
   readonly modelRetry?: ModelRetry
-}): AgentDefinition => ({
+}
+
+/** An output schema and how it is used (design 0400). */
+export interface OutputFields<A, I> {
+  /** The final answer's schema: the answer is JSON decoded against it, and `RunResult.output` is typed by it. */
+  readonly output: Schema.Schema<A, I>
+  /** Answers that may fail to decode in a turn (default 3). */
+  readonly outputAttempts?: number
+  /** The name the provider is told (default `"answer"`). */
+  readonly outputName?: string
+  /** Ask for the provider's strict mode (OpenAI `strict`; refuses optional members). Default false. */
+  readonly strictOutput?: boolean
+  /** Ask the provider to constrain its text to the schema (default true; false for text action languages). */
+  readonly constrainOutput?: boolean
+  /** The text fed back after an answer that does not decode (`{issues}`: the parse error). */
+  readonly invalidOutput?: string
+}
+
+/**
+ * Makes a definition with defaults for the synthetic texts, model settings and retries; with an
+ * `output` schema, an `AgentDefinition<A>` whose runs' answers are decoded against it.
+ */
+export function make<A, I>(fields: Fields & OutputFields<A, I>): AgentDefinition<A>
+export function make(fields: Fields): AgentDefinition
+export function make<A, I>(fields: Fields & Partial<OutputFields<A, I>>): AgentDefinition<A> {
+  const output = fields.output
+  return {
+    ...base(fields),
+    ...(output === undefined ? {} : {
+      outputAttempts: fields.outputAttempts ?? defaultOutputAttempts,
+      output: makeOutput(output, { name: fields.outputName, strict: fields.strictOutput, constrain: fields.constrainOutput, invalid: fields.invalidOutput })
+    })
+  }
+}
+
+const base = (fields: Fields): Schema.Schema.Type<typeof AgentDefinition> => ({
   name: fields.name,
   systemPrompt: fields.systemPrompt,
   modelSettings: fields.modelSettings ?? {},

@@ -48,7 +48,13 @@ export const ModelRequest = Schema.Struct({
    * client asks the provider for at most one tool call per reply where the provider has such a
    * setting (`parallel_tool_calls: false`). Absent or true: the provider's default.
    */
-  parallelToolCalls: Schema.optional(Schema.Boolean)
+  parallelToolCalls: Schema.optional(Schema.Boolean),
+  /**
+   * The answer's schema when the agent has one and asks the provider to constrain its text
+   * (design 0400): a client sends it where the provider has such a setting (OpenAI's
+   * `response_format` json_schema); absent: nothing asked.
+   */
+  output: Schema.optional(Schema.Struct({ name: Schema.String, schema: JsonValue, strict: Schema.Boolean }))
 })
 /** @since 0.1.0 */
 export interface ModelRequest extends Schema.Schema.Type<typeof ModelRequest> {}

@@ -25,8 +25,16 @@ export const NoAction = Schema.TaggedStruct("NoAction", {})
 /** @since 0.1.0 */
 export interface NoAction extends Schema.Schema.Type<typeof NoAction> {}
 
-/** The reply could not be interpreted; `explanation` is fed back to the model. */
-export const InvalidDecision = Schema.TaggedStruct("InvalidDecision", { explanation: Schema.String })
+/**
+ * The reply could not be interpreted; `explanation` is fed back to the model. `invalidOutput`
+ * (design 0400): the reply was a final answer that did not decode against the agent's output
+ * schema, and this is the parse error (the step counts towards `outputAttempts`); absent
+ * otherwise, and in every log written before it.
+ */
+export const InvalidDecision = Schema.TaggedStruct("InvalidDecision", {
+  explanation: Schema.String,
+  invalidOutput: Schema.optional(Schema.String)
+})
 /** @since 0.1.0 */
 export interface InvalidDecision extends Schema.Schema.Type<typeof InvalidDecision> {}
 

@@ -37,6 +37,29 @@ export const SnapshotTool = Schema.Struct({
 /** @since 0.1.0 */
 export interface SnapshotTool extends Schema.Schema.Type<typeof SnapshotTool> {}
 
+/** The output schema as the snapshot holds it (design 0400). */
+export const OutputPart = Schema.Struct({
+  name: Schema.String,
+  schema: Schema.Unknown,
+  strict: Schema.Boolean,
+  constrain: Schema.Boolean,
+  attempts: Schema.Int,
+  invalid: Schema.String
+})
+/** @since 0.3.0 */
+export interface OutputPart extends Schema.Schema.Type<typeof OutputPart> {}
+
+/** The output part of an agent's snapshot (design 0400); undefined when the agent has no output schema. */
+export const outputPart = (agent: AgentDefinition.AgentDefinition): OutputPart | undefined =>
+  agent.output === undefined ? undefined : {
+    name: agent.output.name,
+    schema: agent.output.jsonSchema,
+    strict: agent.output.strict,
+    constrain: agent.output.constrain,
+    attempts: agent.outputAttempts ?? AgentDefinition.defaultOutputAttempts,
+    invalid: agent.output.invalid
+  }
+
 /** The snapshot. `agent` holds the whole definition except `modelRetry`. */
 export const Snapshot = Schema.Struct({
   polyloop: Schema.String,
@@ -53,7 +76,13 @@ export const Snapshot = Schema.Struct({
     /** Whether a step runs several calls of a reply (design 0150); absent in snapshots of version-1 logs, read as false. */
     parallelToolCalls: Schema.Boolean,
     /** The history policy (design 0300); absent: keep everything (every snapshot recorded before it). */
-    history: Schema.optional(HistoryPolicy.HistoryPolicy)
+    history: Schema.optional(HistoryPolicy.HistoryPolicy),
+    /**
+     * The output schema and its use (design 0400): the name the provider is told, the JSON
+     * Schema, the provider flags, `outputAttempts` and the text fed back. Absent when the agent
+     * has none (every snapshot recorded before it).
+     */
+    output: Schema.optional(OutputPart)
   }),
   task: Schema.String,
   tools: Schema.Array(SnapshotTool),
@@ -106,7 +135,9 @@ export const agentPart = (
   historyRendering: agent.historyRendering ?? AgentDefinition.defaultHistoryRendering,
   parallelToolCalls: agent.parallelToolCalls ?? defaultParallelToolCalls,
   // Absent for keep-everything, so the snapshots (and hashes) of such runs are what they were.
-  ...(agent.history === undefined || agent.history._tag === "KeepAll" ? {} : { history: agent.history })
+  ...(agent.history === undefined || agent.history._tag === "KeepAll" ? {} : { history: agent.history }),
+  // Absent without an output schema, so the snapshots (and hashes) of such agents are what they were.
+  ...(agent.output === undefined ? {} : { output: outputPart(agent)! })
 })
 
 /** The tools part of a snapshot: the registry's model view with replay policies, completion markers and approvals. */

@@ -31,10 +31,24 @@ export const EnvError = Schema.TaggedStruct("EnvError", { message: Schema.String
 /** @since 0.1.0 */
 export interface EnvError extends Schema.Schema.Type<typeof EnvError> {}
 
+/**
+ * The run's answer did not decode against the agent's output schema (design 0400): the model's
+ * answers, `attempts` times (`outputAttempts`), or a completing tool's answer (`by: "Tool"`,
+ * which stops at once: the tool's text is not the model's to correct). `issues`: the last parse
+ * error. Absent from logs of version 3 and before.
+ */
+export const InvalidOutput = Schema.TaggedStruct("InvalidOutput", {
+  by: Schema.Literal("Answer", "Tool"),
+  attempts: Schema.NonNegativeInt,
+  issues: Schema.String
+})
+/** @since 0.3.0 */
+export interface InvalidOutput extends Schema.Schema.Type<typeof InvalidOutput> {}
+
 /** Any stop reason. */
-export const StopReason = Schema.Union(Completed, BudgetExhausted, EnvError)
+export const StopReason = Schema.Union(Completed, BudgetExhausted, EnvError, InvalidOutput)
 /** @since 0.1.0 */
-export type StopReason = Completed | BudgetExhausted | EnvError
+export type StopReason = Completed | BudgetExhausted | EnvError | InvalidOutput
 
 /** A one-line rendering, e.g. `Completed(Tool)`, `BudgetExhausted(Steps)` or `BudgetExhausted(Conversation:Tokens)`. */
 export const format = (reason: StopReason): string => {
@@ -45,5 +59,7 @@ export const format = (reason: StopReason): string => {
       return reason.scope === undefined ? `BudgetExhausted(${reason.budget})` : `BudgetExhausted(${reason.scope}:${reason.budget})`
     case "EnvError":
       return "EnvError"
+    case "InvalidOutput":
+      return `InvalidOutput(${reason.by})`
   }
 }

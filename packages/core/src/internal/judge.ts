@@ -6,6 +6,8 @@
  * @internal
  */
 import * as Duration from "effect/Duration"
+import * as Either from "effect/Either"
+import * as AgentDefinition from "../AgentDefinition.js"
 import * as Option from "effect/Option"
 import type { BudgetItem, ConversationBudget } from "../Budget.js"
 import type { Run } from "./run.js"
@@ -29,6 +31,12 @@ export const judge = (run: Run): StopReason | undefined => {
       }
     }
     if (last.decision._tag === "Finish") return { _tag: "Completed", by: "Answer", answer: last.decision.answer }
+    // An answer that did not decode (design 0400): the model tries again until `outputAttempts`.
+    const output = run.request.agent.output
+    if (output !== undefined && last.decision._tag === "InvalidDecision" && last.decision.invalidOutput !== undefined) {
+      const attempts = run.request.agent.outputAttempts ?? AgentDefinition.defaultOutputAttempts
+      if (state.invalidOutputs >= attempts) return { _tag: "InvalidOutput", by: "Answer", attempts: state.invalidOutputs, issues: last.decision.invalidOutput }
+    }
     for (let i = 0; i < results.length; i++) {
       const result = results[i]!
       if (result.outcome.status !== "Executed") continue
@@ -38,6 +46,12 @@ export const judge = (run: Run): StopReason | undefined => {
         action._tag === "ToolCall" &&
         Option.exists(run.request.tools.get(action.name), (tool) => tool.completesRun)
       ) {
+        // A completing tool's answer is the run's answer: under an output schema it must decode,
+        // else the run stops (the text is the tool's, not the model's to correct; design 0400).
+        if (output !== undefined) {
+          const decoded = output.decodeAnswer(result.executorObservation)
+          if (Either.isLeft(decoded)) return { _tag: "InvalidOutput", by: "Tool", attempts: state.invalidOutputs, issues: decoded.left }
+        }
         return { _tag: "Completed", by: "Tool", answer: result.executorObservation }
       }
       if (result.outcome.envReportedCompletion) return { _tag: "Completed", by: "Environment" }

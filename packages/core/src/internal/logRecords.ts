@@ -18,7 +18,9 @@ import { JsonValue } from "./jsonValue.js"
  * The version of the log's schema this code writes (design 0150). Version 1: one action per
  * step (`StepCompleted.resultId`, `Act.action`); version 2: several (`StepCompleted.resultIds`,
  * `ActionResulted.callIndex`, `Act.actions`); version 3: `HistoryCompacted` (design 0300);
- * version 4: sub-agents (design 0392: `ActionResulted.child`, `RunCounters.children`). Logs
+ * version 4: sub-agents (design 0392: `ActionResulted.child`, `RunCounters.children`) and typed
+ * answers (design 0400: the `InvalidOutput` stop reason, `RunFinished.output`,
+ * `TurnFinished.output`); a version-3 log is a version-4 log without them. Logs
  * of version 1 are read as version 3 (the store's reader upgrades each record by its shape); a
  * version-2 log is a version-3 log without compactions; a log that names a newer version is
  * refused with `StoreError { reason: "SchemaVersion" }`.
@@ -241,7 +243,13 @@ export const RunFinished = Schema.TaggedStruct("RunFinished", {
   /** Epoch milliseconds, from `Clock`. */
   finishedAt: Schema.Finite,
   counters: RunCounters,
-  eventDeliveryFailures: Schema.NonNegativeInt
+  eventDeliveryFailures: Schema.NonNegativeInt,
+  /**
+   * The run's answer decoded against the agent's output schema and encoded back (a JSON value,
+   * design 0400): what a finished run's typed `RunResult.output` is decoded from. Absent when
+   * the agent has no output schema or the run did not complete with an answer.
+   */
+  output: Schema.optional(JsonValue)
 })
 /** @since 0.1.0 */
 export interface RunFinished extends Schema.Schema.Type<typeof RunFinished> {}
@@ -297,7 +305,9 @@ export const TurnFinished = Schema.TaggedStruct("TurnFinished", {
   stopReason: StopReason,
   finishedAt: Schema.Finite,
   atStep: Schema.NonNegativeInt,
-  counters: RunCounters
+  counters: RunCounters,
+  /** The turn's answer, encoded by the agent's output schema (design 0400), as in `RunFinished`. */
+  output: Schema.optional(JsonValue)
 })
 /** @since 0.2.0 */
 export interface TurnFinished extends Schema.Schema.Type<typeof TurnFinished> {}

@@ -7,6 +7,7 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Inbox from "./inbox.js"
 import * as History from "./history.js"
 import * as Rendering from "./rendering.js"
@@ -58,6 +59,7 @@ export const finish = (run: Run, stopReason: StopReason) =>
   Effect.gen(function*() {
     const state = run.state
     const finishedAt = yield* Clock.currentTimeMillis
+    const output = encodedOutput(run, stopReason)
     const record: RunLog.RunFinished = {
       _tag: "RunFinished",
       seq: state.seq,
@@ -71,7 +73,8 @@ export const finish = (run: Run, stopReason: StopReason) =>
         resumedCount: state.resumedCount,
         ...childrenOf(State.childTotals(state.children))
       },
-      eventDeliveryFailures: state.eventDeliveryFailures
+      eventDeliveryFailures: state.eventDeliveryFailures,
+      ...(output === undefined ? {} : { output })
     }
     if (run.conversation) {
       // A conversation's turn ends; the conversation does not (design 0300, decision 6).
@@ -90,7 +93,8 @@ export const finish = (run: Run, stopReason: StopReason) =>
           elapsed: state.elapsed - from.elapsed,
           resumedCount: state.resumedCount,
           ...childrenOf(State.childTotals(state.children, from.children))
-        }
+        },
+        ...(output === undefined ? {} : { output })
       }
       yield* run.store.appendTurn(run.runId, ended)
       state.seq += 1
@@ -106,6 +110,18 @@ export const finish = (run: Run, stopReason: StopReason) =>
     yield* emit(run, { _tag: "RunFinished", runId: run.runId, stopReason, counters: record.counters })
     return resultOf(run.runId, record)
   })
+
+/**
+ * The run's answer decoded by the agent's output schema and encoded back (design 0400), for
+ * `RunFinished.output`; undefined without an output schema or an answer. (The stop judgment has
+ * already refused an answer that does not decode.)
+ */
+const encodedOutput = (run: Run, stopReason: StopReason): unknown => {
+  const output = run.request.agent.output
+  if (output === undefined || stopReason._tag !== "Completed" || stopReason.answer === undefined) return undefined
+  const decoded = output.decodeAnswer(stopReason.answer)
+  return Either.isRight(decoded) ? decoded.right.encoded : undefined
+}
 
 /**
  * Judges, then steps or finishes. Called when the previous step has completed (the state is

@@ -6,6 +6,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import { identity } from "effect/Function"
 import * as AgentDefinition from "../AgentDefinition.js"
 import { type ModelError } from "../Errors.js"
@@ -27,9 +28,16 @@ export const modelCall = (run: Run, step: number, sent: Rendering.Sent | undefin
   // A value (design 0211): a read-only view of the history's first n messages, made in O(1);
   // under a masking policy, the masker's view (design 0300), made in O(1) too.
   const messages = sent !== undefined ? sent.messages : PrefixView.prefix(run.state.messages)
+  const output = run.request.agent.output
   const request: ModelRequest = run.parallel
     ? { messages, tools: run.modelTools, settings: run.request.agent.modelSettings }
     : { messages, tools: run.modelTools, settings: run.request.agent.modelSettings, parallelToolCalls: false }
+  // The provider is asked to constrain its text to the answer's schema (design 0400).
+  if (output !== undefined && output.constrain) return call(run, step, { ...request, output: { name: output.name, schema: output.jsonSchema, strict: output.strict } })
+  return call(run, step, request)
+}
+
+const call = (run: Run, step: number, request: ModelRequest): Effect.Effect<ModelReply, ModelError> => {
   return run.streaming ? Streaming.modelCall(run, step, request) : run.model.generate(request)
 }
 
@@ -66,9 +74,25 @@ export const generate = (run: Run, step: number, sent: Rendering.Sent | undefine
   )
 }
 
-/** The decision of a reply: the parser's, or `InvalidDecision` for a reply cut off at the output limit (design 0140). */
-export const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> =>
-  Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
+/**
+ * The decision of a reply: the parser's, or `InvalidDecision` for a reply cut off at the output
+ * limit (design 0140); under an output schema (design 0400), a `Finish` whose answer does not
+ * decode is `InvalidDecision` with the parse error (`invalidOutput`) — a pure function of the
+ * reply and the snapshot, so a resumed step and a replay decide the same.
+ */
+export const decideReply = (run: Run, reply: ModelReply): Effect.Effect<ParsedReply> => {
+  const decided = Truncation.decide(run.parser, reply, run.texts.synthetic, run.texts.tools)
+  const output = run.request.agent.output
+  return output === undefined ? decided : Effect.map(decided, (decision) => checkAnswer(output, decision))
+}
+
+/** A `Finish` whose answer does not decode against the output schema, as an `InvalidDecision` naming the parse error (design 0400). */
+export const checkAnswer = (output: AgentDefinition.Output<unknown>, decision: ParsedReply): ParsedReply => {
+  if (decision._tag !== "Finish") return decision
+  const decoded = output.decodeAnswer(decision.answer)
+  if (Either.isRight(decoded)) return decision
+  return { _tag: "InvalidDecision", explanation: AgentDefinition.invalidOutputText(output, decoded.left), invalidOutput: decoded.left }
+}
 
 /** Did the provider refuse the request as longer than its context window? */
 export const isContextExceeded = (error: ModelError): boolean => error.code === "context_length_exceeded"

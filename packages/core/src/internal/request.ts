@@ -4,7 +4,9 @@
  *
  * @internal
  */
+import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
+import { JsonValue } from "./jsonValue.js"
 import { ActionExecutor } from "../ActionExecutor.js"
 import * as AgentDefinition from "../AgentDefinition.js"
 import { DecisionParser } from "../DecisionParser.js"
@@ -19,9 +21,10 @@ import * as Snapshot from "../Snapshot.js"
 import type { ToolRegistry } from "../ToolRegistry.js"
 
 /** What to run: an agent on a task with a registry of tools, under a caller-chosen run id. */
-export interface RunRequest {
+export interface RunRequest<A = unknown> {
   readonly runId: RunId
-  readonly agent: AgentDefinition.AgentDefinition
+  /** The agent; with an output schema (`AgentDefinition<A>`), the result's `output` is an `A` (design 0400). */
+  readonly agent: AgentDefinition.AgentDefinition<A>
   readonly task: string
   /**
    * The tools the model sees (their schemas, replay policies and completion markers are in the
@@ -58,10 +61,24 @@ export const RunResult = Schema.Struct({
    * What the run's sub-agents cost, over all descendants (design 0392); absent when it had none.
    * `steps` and `usage` above are the run's own.
    */
-  children: Schema.optional(RunLog.ChildTotals)
+  children: Schema.optional(RunLog.ChildTotals),
+  /**
+   * The answer encoded by the agent's output schema (a JSON value, design 0400), as
+   * `RunFinished.output` records it: what crosses a wire. Absent without an output schema, or
+   * when the run did not complete with an answer.
+   */
+  encodedOutput: Schema.optional(JsonValue)
 })
-/** @since 0.1.0 */
-export interface RunResult extends Schema.Schema.Type<typeof RunResult> {}
+/**
+ * How a run ended. `output` (design 0400): the answer decoded by the agent's output schema — the
+ * typed value, not in the schema (`encodedOutput` is what is encoded); absent when the agent has
+ * no output schema or the run did not complete with an answer.
+ *
+ * @since 0.1.0
+ */
+export interface RunResult<A = unknown> extends Schema.Schema.Type<typeof RunResult> {
+  readonly output?: A
+}
 
 /** The services `run` needs. */
 export type Requirements = ModelClient | DecisionParser | ActionExecutor | RunLogStore | EventSink.EventSink
@@ -75,7 +92,8 @@ export const resultOf = (runId: RunId, finished: RunLog.RunFinished): RunResult 
   usage: finished.counters.usage,
   resumedCount: finished.counters.resumedCount,
   eventDeliveryFailures: finished.eventDeliveryFailures,
-  ...(finished.counters.children === undefined ? {} : { children: finished.counters.children })
+  ...(finished.counters.children === undefined ? {} : { children: finished.counters.children }),
+  ...(finished.output === undefined ? {} : { encodedOutput: finished.output })
 })
 
 /**
@@ -95,5 +113,17 @@ export const turnResultOf = (runId: RunId, ended: RunLog.TurnFinished): RunResul
   resumedCount: ended.counters.resumedCount,
   eventDeliveryFailures: 0,
   turn: ended.turn,
-  ...(ended.counters.children === undefined ? {} : { children: ended.counters.children })
+  ...(ended.counters.children === undefined ? {} : { children: ended.counters.children }),
+  ...(ended.output === undefined ? {} : { encodedOutput: ended.output })
 })
+
+/**
+ * The result with its typed `output`: `encodedOutput` decoded by the agent's output schema
+ * (design 0400), or the parse error's text when the schema no longer decodes it (a finished run
+ * asked again under a changed schema). A result without `encodedOutput`, or an agent without an
+ * output schema, is returned as it is.
+ */
+export const withOutput = <A>(agent: AgentDefinition.AgentDefinition<A>, result: RunResult): Either.Either<RunResult<A>, string> => {
+  if (agent.output === undefined || result.encodedOutput === undefined) return Either.right(result as RunResult<A>)
+  return Either.map(agent.output.decodeRecorded(result.encodedOutput), (output): RunResult<A> => ({ ...result, output }))
+}

@@ -51,6 +51,8 @@ export interface State {
   readonly turnMessages: Array<number>
   /** What the run's sub-agents cost so far, over all descendants (design 0392): completed steps only. */
   readonly children: Children
+  /** The turn's answers that did not decode against the output schema (design 0400). */
+  invalidOutputs: number
 }
 
 /** What a run's children cost (design 0392), mutable. @internal */
@@ -92,7 +94,8 @@ export const fresh = (messages: History.Messages): State => ({
   turnFinished: false,
   turnStart: { steps: 0, effectiveSteps: 0, inputTokens: 0, outputTokens: 0, elapsed: 0, children: { runs: 0, steps: 0, inputTokens: 0, outputTokens: 0 } },
   turnMessages: [],
-  children: { runs: 0, steps: 0, inputTokens: 0, outputTokens: 0 }
+  children: { runs: 0, steps: 0, inputTokens: 0, outputTokens: 0 },
+  invalidOutputs: 0
 })
 
 /** The children's tokens, input and output (design 0392). @internal */
@@ -121,6 +124,7 @@ export const startTurn = (state: State, message: RunLog.UserMessaged): void => {
   state.turn = message.turn
   state.turnFinished = false
   state.last = undefined
+  state.invalidOutputs = 0
   state.turnStart = {
     steps: state.steps,
     effectiveSteps: state.effectiveSteps,
@@ -160,6 +164,7 @@ export const applyStep = (
     c.inputTokens += child.usage.inputTokens + (child.children?.usage.inputTokens ?? 0)
     c.outputTokens += child.usage.outputTokens + (child.children?.usage.outputTokens ?? 0)
   }
+  if (step.decision._tag === "InvalidDecision" && step.decision.invalidOutput !== undefined) state.invalidOutputs += 1
   state.lastInputTokens = reply.usage.inputTokens
   state.stepStarts.push(state.messages.length)
   History.appendStep(state.messages, reply, step.decision, results, texts)
