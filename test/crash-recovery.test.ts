@@ -41,22 +41,30 @@ import { prng, startAgent } from "./support/crash-child.js"
 import * as Scenario from "./support/crash-scenario.js"
 import * as PgServer from "./support/pg-server.js"
 
+/**
+ * The kill counts the issues ask for (≥ 50, ≥ 30) run under `npm run test:crash`
+ * (`POLYLOOP_CRASH_KILLS=full`, about 25 minutes on 2 cores); `npm test` runs a quarter of each
+ * (design 0411): the same checks on fewer random moments, while the enumerated crash suite
+ * (test/chaos.test.ts) still visits every write point.
+ */
+const FULL = process.env["POLYLOOP_CRASH_KILLS"] === "full"
+const killsFor = (full: number): number => FULL ? full : Math.ceil(full / 4)
 const STEPS = 100
-const MIN_KILLS = 50
+const MIN_KILLS = killsFor(50)
 /** The group-commit test: runs at once in one process, steps of each, kills at least. */
 const GROUP_RUNS = 6
 const GROUP_STEPS = 30
-const GROUP_MIN_KILLS = 30
+const GROUP_MIN_KILLS = killsFor(30)
 /** The same on PostgreSQL (design 0350: appends and claims of many runs grouped there too). */
-const PG_GROUP_MIN_KILLS = 30
+const PG_GROUP_MIN_KILLS = killsFor(30)
 /** The multi-call test (design 0150): steps of three calls each, kills at least. */
 const MULTI_STEPS = 40
-const MULTI_MIN_KILLS = 50
+const MULTI_MIN_KILLS = killsFor(50)
 /** The history test (issue 30, design 0300): steps of a masking, summarising, budgeted run; kills at least. */
 const HISTORY_STEPS = 40
-const HISTORY_MIN_KILLS = 30
+const HISTORY_MIN_KILLS = killsFor(30)
 /** The conversation test (issue 31): kills at least, over `Scenario.chatTurns` turns. */
-const CHAT_MIN_KILLS = 50
+const CHAT_MIN_KILLS = killsFor(50)
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-crash-"))),
