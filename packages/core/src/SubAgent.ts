@@ -28,6 +28,7 @@
  */
 import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import type * as Schema from "effect/Schema"
 import type * as AgentDefinition from "./AgentDefinition.js"
 import type { DecisionParser } from "./DecisionParser.js"
@@ -38,15 +39,25 @@ import type { ModelClient } from "./ModelClient.js"
 import * as Tool from "./Tool.js"
 import type { DerivedExecutor, ToolRegistry } from "./ToolRegistry.js"
 
-/** The options of `tool`. */
-export interface Options<A, I, R> {
+/** The options of `tool`. `O` is the child's answer type (its agent's output schema, design 0400). */
+export interface Options<A, I, R, O = unknown> {
   /** The tool's name and description, as the parent's model sees them. */
   readonly name: string
   readonly description: string
   /** The call's arguments, decoded before the child starts (invalid: `NotExecuted`, no child). */
   readonly parameters: Schema.Schema<A, I, never>
-  /** The child's agent: its own prompt, model settings, budget and history policy. */
-  readonly agent: AgentDefinition.AgentDefinition
+  /**
+   * The child's agent: its own prompt, model settings, budget and history policy. With an output
+   * schema, the call's observation is the child's typed answer as its schema encodes it (JSON),
+   * or what `observe` makes of it.
+   */
+  readonly agent: AgentDefinition.AgentDefinition<O>
+  /**
+   * How the child's typed answer reads to the parent's model (a pure function: a resumed call
+   * renders the recorded answer again). Default: the JSON of the answer as the child's output
+   * schema encodes it. Used only when the child's agent has an output schema.
+   */
+  readonly observe?: (output: O) => string
   /** The child's tools, every one with its handler (their services are the parent executor's). */
   readonly tools: ToolRegistry<R, never>
   /** The child's task from the call's arguments. Must be a pure function of them. */
@@ -72,9 +83,15 @@ export type SubAgentTool<A, R> = Tool.Handled<A, never, R> & Child.Carrier
  * handler fails with a `ToolEnvironmentError` saying so: a child run needs the loop's store and
  * model.
  */
-export const tool = <A, I, R>(options: Options<A, I, R>): SubAgentTool<A, R> => {
+export const tool = <A, I, R, O = unknown>(options: Options<A, I, R, O>): SubAgentTool<A, R> => {
+  const output = options.agent.output
+  const observe = options.observe
   const spec: Child.Spec = {
     agent: options.agent,
+    // The child's typed answer as the parent's observation (design 0392, decision 7).
+    answer: output === undefined
+      ? undefined
+      : (encoded) => Either.map(output.decodeRecorded(encoded), (value) => observe === undefined ? JSON.stringify(encoded) : observe(value)),
     tools: options.tools as ToolRegistry<unknown>,
     task: options.task as (args: unknown) => string,
     // The services the parent's executor captured include the child's (the tool's `R` is the

@@ -17,7 +17,7 @@ import type { ToolCall } from "../Action.js"
 import * as ActionOutcome from "../ActionOutcome.js"
 import type * as AgentDefinition from "../AgentDefinition.js"
 import type { DecisionParser } from "../DecisionParser.js"
-import type { StoreError } from "../Errors.js"
+import { InvalidRunRequest, type StoreError } from "../Errors.js"
 import { type RunId, runId as makeRunId } from "../Ids.js"
 import type { ModelClient } from "../ModelClient.js"
 import type * as RunLog from "../RunLog.js"
@@ -34,6 +34,11 @@ export const SpecTypeId: unique symbol = Symbol.for("@polyloop/core/SubAgent")
 /** A sub-agent tool's child: its agent and tools, its task from the call's arguments. @internal */
 export interface Spec {
   readonly agent: AgentDefinition.AgentDefinition
+  /**
+   * The observation of a child's typed answer from its encoded form (`RunResult.encodedOutput`),
+   * or the parse error's text; `undefined` when the child's agent has no output schema.
+   */
+  readonly answer: ((encoded: unknown) => Either.Either<string, string>) | undefined
   readonly tools: ToolRegistry<unknown>
   readonly task: (args: unknown) => string
   /** Derives the child's executor with the services the parent's executor captured. */
@@ -109,24 +114,36 @@ const recordOf = (result: RunResult): RunLog.ChildRun => ({
   ...(result.children === undefined ? {} : { children: result.children })
 })
 
-/** The call's outcome from the child's result: its answer, or how it stopped without one. */
-const outcomeOf = (name: string, result: RunResult): Report => {
+/**
+ * The call's outcome from the child's result: its answer (typed: as `spec.answer` renders it),
+ * or how it stopped without one.
+ */
+const outcomeOf = (name: string, spec: Spec, result: RunResult): Effect.Effect<Report, InvalidRunRequest> => {
   const child = recordOf(result)
   const reason = result.stopReason
   if (reason._tag === "Completed") {
+    if (spec.answer !== undefined && result.encodedOutput !== undefined) {
+      // A finished child asked again under an output schema that no longer decodes its recorded
+      // answer: refused as `Agent.run` refuses it at the top (design 0400, decision 4).
+      const rendered = spec.answer(result.encodedOutput)
+      if (Either.isLeft(rendered)) {
+        return Effect.fail(new InvalidRunRequest({ runId: result.runId, issues: `the recorded output does not decode with the agent's output schema: ${rendered.left}` }))
+      }
+      return Effect.succeed({ outcome: ActionOutcome.executed(rendered.right), handlerFailed: false, child })
+    }
     const observation = reason.answer ?? `sub-agent ${name} completed (run ${result.runId}; its environment reported completion)`
-    return { outcome: ActionOutcome.executed(observation), handlerFailed: false, child }
+    return Effect.succeed({ outcome: ActionOutcome.executed(observation), handlerFailed: false, child })
   }
   if (reason._tag === "EnvError") {
-    return { outcome: ActionOutcome.envError(`sub-agent ${name} (run ${result.runId}) stopped on an environment error: ${reason.message}`), handlerFailed: false, child }
+    return Effect.succeed({ outcome: ActionOutcome.envError(`sub-agent ${name} (run ${result.runId}) stopped on an environment error: ${reason.message}`), handlerFailed: false, child })
   }
-  return {
+  return Effect.succeed({
     outcome: ActionOutcome.executed(
       `sub-agent ${name} (run ${result.runId}) stopped without an answer: ${StopReason.format(reason)} after ${result.steps} steps`
     ),
     handlerFailed: true,
     child
-  }
+  })
 }
 
 /**
@@ -154,6 +171,6 @@ export const call = (run: Run, step: number, action: ToolCall, callId: string): 
       streaming: run.streaming
     }
     const services: ChildServices = { executor, model: childModel, parser: spec.parser ?? run.parser }
-    return Effect.map(run.runChild(request, services), (result) => outcomeOf(action.name, result))
+    return Effect.flatMap(run.runChild(request, services), (result) => outcomeOf(action.name, spec, result))
   }).pipe(span(run, "Agent.subAgent", () => ({ "polyloop.run_id": run.runId, "polyloop.step": step, "polyloop.child_run_id": childId })))
 }
