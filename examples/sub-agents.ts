@@ -1,7 +1,7 @@
 /**
  * Agents that call agents (issue 47, design 0392): a planner hands two files to reader agents,
- * each a durable child run, and writes a summary of what they found. No API key: the model is
- * scripted, the files are real (two of this repository's design records).
+ * each a durable child run, and writes a typed summary of what they found. No API key: the model
+ * is scripted, the files are real (two of this repository's design records).
  *
  *   npx tsx examples/sub-agents.ts [--db <file>]
  *
@@ -14,6 +14,9 @@
  *    recorded result is read (nothing of it runs again), the second child resumes from its log.
  * 3. Each reading is billed once; the planner's result counts its children's steps and tokens;
  *    the run tree is printed with each child's cost.
+ * 4. Typed answers (design 0400): a reader answers a `Report` (its output schema); the planner
+ *    reads each report as JSON the schema checked, and answers a `Summary` — `result.output` is
+ *    typed, decoded from the log.
  *
  * Exits 0 when every check holds, 1 otherwise.
  */
@@ -72,7 +75,10 @@ const bill = Tool.make({
     })
 })
 const readerTools = ToolRegistry.make(readFile, bill)
-const reader = AgentDefinition.make({ name: "reader", systemPrompt: "You read one file and report its title and size.", budget: { maxSteps: 6 } })
+/** A reader's typed answer, and the planner's. */
+const Report = Schema.Struct({ file: Schema.String, title: Schema.String, lines: Schema.Int })
+const Summary = Schema.Struct({ reports: Schema.Array(Report), totalLines: Schema.Int })
+const reader = AgentDefinition.make({ name: "reader", systemPrompt: "You read one file and report its title and size.", budget: { maxSteps: 6 }, output: Report })
 
 // The planner's tool: a reader sub-agent per call.
 const read = SubAgent.tool({
@@ -88,7 +94,8 @@ const planner = AgentDefinition.make({
   name: "planner",
   systemPrompt: "You plan: hand each file to a reader, then summarise their reports.",
   budget: { maxSteps: 8, maxTokens: 20_000 },
-  actionConcurrency: 2
+  actionConcurrency: 2,
+  output: Summary
 })
 
 const usage = { inputTokens: 120, outputTokens: 30 }
@@ -105,11 +112,13 @@ const script = (request: ModelClient.ModelRequest, c: ScriptedModel.Call): Model
     // The report: what `read_file` returned (its first observation), read from the request.
     const read = request.messages.find((m) => m._tag === "Tool")
     const text = read?._tag === "Tool" ? read.text.replace(/^Observation:\n/, "") : ""
-    return ModelReply.make({ text: `${file}: "${text.split("\n")[0]!.replace(/^#\s*/, "")}", ${text.split("\n").length} lines`, usage })
+    const report = { file, title: text.split("\n")[0]!.replace(/^#\s*/, ""), lines: text.split("\n").length }
+    return ModelReply.make({ text: JSON.stringify(report), usage })
   }
   if (c.step === 0) return ModelReply.make({ text: "", toolCalls: files.map((file) => call("read", { path: file })), usage })
-  const reports = request.messages.flatMap((m) => (m._tag === "Tool" ? [m.text.replace(/^Observation:\n/, "")] : []))
-  return ModelReply.make({ text: `Two records read. ${reports.join(" · ")}`, usage })
+  // Each report arrives as the JSON its schema checked (design 0392, decision 7).
+  const reports = request.messages.flatMap((m) => (m._tag === "Tool" ? [JSON.parse(m.text.replace(/^Observation:\n/, "")) as typeof Report.Type] : []))
+  return ModelReply.make({ text: JSON.stringify({ reports, totalLines: reports.reduce((n, r) => n + r.lines, 0) }), usage })
 }
 
 const runId = Ids.runId("planner-1")
@@ -155,13 +164,19 @@ const program = Effect.gen(function*() {
   // 3. Resumed: the finished child is read, the other resumes; nothing billed twice.
   const model = yield* ScriptedModel.make(script)
   const result = yield* Agent.run(request).pipe(Effect.provide(Agent.layer({ store: Layer.succeed(RunLogStore.RunLogStore, store), model: model.layer, parser: NativeToolCallParser.layer(), tools: plannerTools })))
-  yield* Console.log(`\n${StopReason.format(result.stopReason)}: ${result.stopReason._tag === "Completed" ? result.stopReason.answer : ""}`)
+  yield* Console.log(`\n${StopReason.format(result.stopReason)}`)
+  // The typed summary: `result.output` is a `Summary`, decoded from the planner's log.
+  const summary: typeof Summary.Type | undefined = result.output
+  for (const report of summary?.reports ?? []) yield* Console.log(`  ${report.file}: "${report.title}", ${report.lines} lines`)
+  yield* Console.log(`  total: ${summary?.totalLines} lines`)
   yield* Console.log(`planner: ${result.steps} steps, ${result.usage.inputTokens + result.usage.outputTokens} tokens; its children: ${result.children?.runs} runs, ${result.children?.steps} steps, ${(result.children?.usage.inputTokens ?? 0) + (result.children?.usage.outputTokens ?? 0)} tokens\n`)
   for (const line of yield* tree(store, runId, 0)) yield* Console.log(line)
   yield* Console.log("")
   yield* check(result.stopReason._tag === "Completed", "the planner completed")
   yield* check([...bills].sort().join(",") === [...files].sort().join(","), `each file billed once (${bills.length} bills)`)
   yield* check(result.children?.runs === 2 && result.children.steps === 6, "the children's cost is the planner's (2 runs, 6 steps)")
+  const actualLines = files.reduce((n, file) => n + fs.readFileSync(path.join(root, file), "utf8").split("\n").length, 0)
+  yield* check(summary !== undefined && summary.reports.length === 2 && summary.totalLines === actualLines, `the typed summary counts the files' ${actualLines} lines`)
   const log = yield* store.readLog(runId)
   yield* check(log.results.every((r) => r.child !== undefined && r.outcome.status === "Executed"), "each call's result records its child")
   yield* check(RunLog.size(log) > 0, `the planner's log is durable in ${db}`)

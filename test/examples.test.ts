@@ -170,13 +170,16 @@ describe("examples", () => {
     }
   }, 600_000)
 
-  it("sub-agents.ts: a planner hands two files to reader agents (durable child runs), is interrupted mid-child and resumed; each file billed once, the children's cost counted", async () => {
+  it("sub-agents.ts: a planner hands two files to reader agents (durable child runs), is interrupted mid-child and resumed; each file billed once, the children's cost counted, a typed summary of typed reports", async () => {
     const result = await example("sub-agents.ts")
     assert.strictEqual(result.code, 0, result.stderr)
     assert.notInclude(result.stdout, "FAIL")
     assert.include(result.stdout, "planner-1/0/call_s0_0 finished, planner-1/0/call_s0_1 unfinished")
     assert.match(result.stdout, /its children: 2 runs, 6 steps, \d+ tokens/)
     assert.include(result.stdout, "  planner-1/0/call_s0_1 — Completed(Answer), 3 steps")
+    // The typed summary (design 0400): each reader's Report, the planner's Summary decoded from its log.
+    assert.match(result.stdout, /^ {2}docs\/design\/0392-sub-agents\.md: "0392 — Agents that call agents: a child is a durable run \(issue 47\)", \d+ lines$/m)
+    assert.match(result.stdout, /^ok {3}the typed summary counts the files' \d+ lines$/m)
   }, 180_000)
 
   it("custom-store.ts: the user's own store writes a run and reads it back", async () => {
