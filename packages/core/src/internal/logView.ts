@@ -244,7 +244,11 @@ export const recordsBeforeStep = (log: RunLog, step: number): ReadonlyArray<RunR
 export const records = (log: RunLog): ReadonlyArray<RunRecord> => {
   const all: Array<RunRecord> = []
   if (Option.isSome(log.started)) all.push(log.started.value)
-  all.push(...log.replies, ...log.results, ...log.steps, ...log.resumes, ...log.approvals, ...log.compactions, ...log.userMessages, ...log.turns)
+  // One push per record: a spread of every record into one call overflows the stack past
+  // ~120,000 arguments (a long run's replies alone).
+  for (const group of [log.replies, log.results, log.steps, log.resumes, log.approvals, log.compactions, log.userMessages, log.turns]) {
+    for (const record of group) all.push(record)
+  }
   if (Option.isSome(log.finished)) all.push(log.finished.value)
   return all.sort((a, b) => a.seq - b.seq)
 }
