@@ -39,12 +39,18 @@ const ledgerLines = (ledger: string): ReadonlyArray<string> =>
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-/** Runs a child to its end (retrying while a killed child's lease lasts); returns its last line. */
+/** What `approval-agent.ts` says (`say`), one line each. */
+const protocol = /^(ready|running|executing|decided|holding \w+|suspended \S*|finished \{.*|error \w+|failed: .*)$/
+
+/** Runs a child to its end (retrying while a killed child's lease lasts); returns its last line of `protocol`. */
 const toEnd = async (args: ReadonlyArray<string>): Promise<string> => {
   for (let attempt = 0; attempt < 50; attempt++) {
     const child = start(args)
     const exit = await child.exited
-    const last = child.lines[child.lines.length - 1] ?? ""
+    // The agent's own lines only: a log line a store's client writes (a PostgreSQL connection
+    // retried, its message spanning lines) may come after the agent's last word.
+    const said = child.lines.filter((line) => protocol.test(line))
+    const last = said[said.length - 1] ?? ""
     if (last === "error RunBusy" || last === "error ConcurrentWriter") {
       await sleep(150)
       continue

@@ -32,6 +32,12 @@ describe("driver failures as StoreError reasons", () => {
     assert.strictEqual(reasonOf({ code: "EWHATEVER" }), "Unknown")
   })
 
+  it("PostgreSQL's protocol violation (08P01: a statement the server refuses, e.g. over 65,535 parameters) is not Unavailable: retrying cannot help", () => {
+    assert.strictEqual(reasonOf({ code: "08P01" }), "Unknown")
+    // The rest of class 08 is a connection that is gone or cannot be had.
+    for (const code of ["08000", "08001", "08003", "08004", "08006"]) assert.strictEqual(reasonOf({ code }), "Unavailable", code)
+  })
+
   it("a table or column of the store that is gone (SQLite's plain SQLITE_ERROR): SchemaVersion, as on PostgreSQL", () => {
     assert.strictEqual(reasonOf({ code: "SQLITE_ERROR", message: "no such table: polyloop_records" }), "SchemaVersion")
     assert.strictEqual(reasonOf({ code: "SQLITE_ERROR", message: "no such column: payload" }), "SchemaVersion")

@@ -76,6 +76,9 @@ const pgReason = (code: string): StoreErrorReason | "UniqueViolation" => {
   if (code === "53100") return "DiskFull"
   if (code === "25006") return "ReadOnly"
   if (code === "XX001" || code === "XX002") return "Corrupt"
+  // A protocol violation is a statement the server refuses (a bind message over 65,535
+  // parameters, a malformed message): the connection is fine and a retry fails the same way.
+  if (code === "08P01") return "Unknown"
   // connection exceptions, insufficient resources, operator intervention, serialization/deadlock
   if (code.startsWith("08") || code.startsWith("53") || code.startsWith("57") || code.startsWith("40")) return "Unavailable"
   if (code === "55P03") return "Unavailable" // lock not available
