@@ -319,16 +319,20 @@ describe.sequential("the sandbox against a hostile model (issue 43)", () => {
 
   it("8. JavaScript: every byte an action prints belongs to it, counted exactly (100 MB; 100 lines of 64 KiB)", async () => {
     const runId = "js-output"
-    const big = await exec(main, runId, 0, "const line = 'x'.repeat(1024 * 1024); for (let i = 0; i < 100; i++) console.log(line)", "javascript")
+    // A wall time no loaded CI machine reaches: the count is judged, never the speed. The host
+    // reads output after the driver's reply for as long as it still arrives (CI once cut it at
+    // 9.6 MB after a fixed 5 s grace).
+    const roomy = runtimeOf({ wallTime: "5 minutes", cpuTime: "2 minutes" })
+    const big = await exec(roomy, runId, 0, "const line = 'x'.repeat(1024 * 1024); for (let i = 0; i < 100; i++) console.log(line)", "javascript")
     assert.strictEqual(big.status, "Executed", big.observation)
-    assert.strictEqual(big.observation.length + big.observationTruncatedChars, 100 * (1024 * 1024 + 1))
-    const next = await exec(main, runId, 1, "console.log('after')", "javascript")
+    assert.strictEqual(big.observation.length + big.observationTruncatedChars, 100 * (1024 * 1024 + 1), big.observation.slice(-300))
+    const next = await exec(roomy, runId, 1, "console.log('after')", "javascript")
     assert.strictEqual(next.observation, "after")
-    const lines = await exec(main, runId, 2, "const l64 = 'y'.repeat(64 * 1024); for (let i = 0; i < 100; i++) console.log(l64)", "javascript")
-    assert.strictEqual(lines.observation.length + lines.observationTruncatedChars, 100 * (64 * 1024 + 1))
-    const last = await exec(main, runId, 3, "console.log('clean')", "javascript")
+    const lines = await exec(roomy, runId, 2, "const l64 = 'y'.repeat(64 * 1024); for (let i = 0; i < 100; i++) console.log(l64)", "javascript")
+    assert.strictEqual(lines.observation.length + lines.observationTruncatedChars, 100 * (64 * 1024 + 1), lines.observation.slice(-300))
+    const last = await exec(roomy, runId, 3, "console.log('clean')", "javascript")
     assert.strictEqual(last.observation, "clean")
-  }, 120_000)
+  }, 600_000)
 
   it("9. Python's hashing is the same in every interpreter: two runs give identical observations", async () => {
     const code = "print(hash('abc'), list({'alpha', 'beta', 'gamma', 'delta', 'epsilon'}))"

@@ -340,7 +340,9 @@ const concurrent = (
   // says nothing about the calls without a result: up to `concurrency` of them ran beside it, in
   // any order, so each is settled by its replay policy (issue 29), never "not started".
   let envFailed = false
-  let failure: Option.Option<LoopError> = Option.none()
+  // By call index: the step raises its first call's error, whichever failed first in time, so a
+  // run (and a replay) ends the same way however its calls interleave.
+  const failures: Array<LoopError | undefined> = new Array(n)
   for (let i = 0; i < n; i++) {
     const logged = prior[i]
     if (logged !== undefined) written[i] = logged
@@ -361,9 +363,10 @@ const concurrent = (
       return Effect.matchEffect(ran(run, step, i, action), {
         // A call that fails the step (a sub-agent's child failing with a `RunError`, design
         // 0392) lets its siblings finish and write their results: the error is raised after
-        // them. Typed errors only: an interruption or a defect ends the step at once.
+        // them, the lowest call index's. Typed errors only: an interruption or a defect ends the
+        // step at once.
         onFailure: (error) => {
-          if (Option.isNone(failure)) failure = Option.some(error)
+          failures[i] = error
           return Effect.void
         },
         onSuccess: (p) => {
@@ -382,7 +385,8 @@ const concurrent = (
   const indices = Array.from({ length: n }, (_, i) => i)
   const all = Effect.forEach(indices, each, { concurrency: run.concurrency, discard: true })
   return Effect.flatMap(all, () => {
-    if (Option.isSome(failure)) return Effect.fail(failure.value)
+    const failure = failures.find((e) => e !== undefined)
+    if (failure !== undefined) return Effect.fail(failure)
     const pending: Array<Pending> = []
     for (const p of settled) if (p !== undefined) pending.push(p)
     return completeStep(run, step, reply, decision, written, pending, startedAt, resumed)

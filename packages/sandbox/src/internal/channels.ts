@@ -20,8 +20,15 @@ export class Output {
   private boundary: Buffer | undefined
   private carry: Buffer = Buffer.alloc(0)
   private done: Deferred.Deferred<void> | undefined
+  /** Bytes fed since the process started: whether output is still arriving. */
+  private fed = 0
 
   constructor(private readonly limit: number) {}
+
+  /** Bytes of output read so far, over every action. */
+  get bytesRead(): number {
+    return this.fed
+  }
 
   /** Starts collecting one action's output, ending at `boundary`. */
   begin(boundary: string, done: Deferred.Deferred<void>): void {
@@ -45,6 +52,7 @@ export class Output {
 
   /** Feeds a chunk of the process's standard output. */
   feed(chunk: Uint8Array): void {
+    this.fed += chunk.byteLength
     const boundary = this.boundary
     if (boundary === undefined) return
     const data = this.carry.length === 0 ? Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength) : Buffer.concat([this.carry, chunk])

@@ -20,6 +20,7 @@ import type * as Scope from "effect/Scope"
 import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import type { Output } from "./channels.js"
 import * as Driver from "./driver.js"
 import { SessionFailure } from "./failure.js"
 import * as Lexical from "./lexical.js"
@@ -278,6 +279,22 @@ export const make = (ctx: SessionsContext): Effect.Effect<{
         session.last = manifest
       })
 
+    /**
+     * After the driver's reply, the action's output up to its boundary: waited for while bytes
+     * still arrive (100 MB through a pipe on a loaded machine takes longer than any fixed grace),
+     * given up after 5 s with none — the code closed its standard output, say. The wall-time
+     * limit around the action bounds it all.
+     */
+    const drained = (output: Output, finished: Deferred.Deferred<void>): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        let idle = 0
+        while (idle < 5) {
+          const before = output.bytesRead
+          if (Option.isSome(yield* Effect.timeoutOption(Deferred.await(finished), "1 second"))) return
+          idle = output.bytesRead === before ? idle + 1 : 0
+        }
+      })
+
     /** One action in a session, then its snapshot. */
     const runAction = (session: Session, language: Driver.Language, code: string, step: number): Effect.Effect<ActionOutcome.ActionOutcome, SessionFailure> =>
       Effect.gen(function*() {
@@ -295,7 +312,7 @@ export const make = (ctx: SessionsContext): Effect.Effect<{
         const id = yield* Driver.send(live, { op: "exec", code, name: `step ${step}`, boundary, lexical, reap: env.isolation === "bubblewrap" })
         const awaited = yield* Effect.timeoutOption(
           Effect.flatMap(Driver.awaitReply(live, id), (reply) =>
-            reply === undefined ? Effect.succeed(reply) : Effect.as(Effect.timeoutOption(Deferred.await(finished), "5 seconds"), reply)),
+            reply === undefined ? Effect.succeed(reply) : Effect.as(drained(live.output, finished), reply)),
           Duration.millis(wallMillis)
         )
         // Without a pid namespace the host kills what the action started.

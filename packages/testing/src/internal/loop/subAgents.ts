@@ -41,8 +41,23 @@ const usage = { inputTokens: 10, outputTokens: 5 }
 const native = NativeToolCallParser.make()
 
 /** A planner with a reader sub-agent; the reader charges once per file (a `"Never"` tool) and answers. */
-const makeWorld = (options?: { readonly chargeText?: string; readonly readerSteps?: number; readonly approval?: boolean; readonly plannerSteps?: number; readonly plannerTokens?: number }) => {
+const makeWorld = (options?: {
+  readonly chargeText?: string
+  readonly readerSteps?: number
+  readonly approval?: boolean
+  readonly plannerSteps?: number
+  readonly plannerTokens?: number
+  /** a.txt's charge waits for b.txt's, then lets the b child run on: the second call settles first. */
+  readonly secondFirst?: boolean
+}) => {
   const charges: Array<string> = []
+  const secondCharged = Effect.runSync(Deferred.make<void>())
+  const ordered = (path: string): Effect.Effect<void> =>
+    options?.secondFirst !== true
+      ? Effect.void
+      : path === "b.txt"
+      ? Deferred.succeed(secondCharged, undefined)
+      : Effect.zipRight(Deferred.await(secondCharged), Effect.repeatN(Effect.yieldNow(), 500))
   const charge = Tool.make({
     name: "charge",
     description: "Charges the reading of a file (must not run twice).",
@@ -50,10 +65,13 @@ const makeWorld = (options?: { readonly chargeText?: string; readonly readerStep
     replayPolicy: "Never",
     ...(options?.approval === true ? { approval: "Required" as const } : {}),
     handler: ({ path }) =>
-      Effect.sync(() => {
-        charges.push(path)
-        return `${options?.chargeText ?? "charged"} ${path}`
-      })
+      Effect.zipRight(
+        ordered(path),
+        Effect.sync(() => {
+          charges.push(path)
+          return `${options?.chargeText ?? "charged"} ${path}`
+        })
+      )
   })
   const readerTools = ToolRegistry.make(charge)
   const reader = SubAgent.tool({
@@ -249,8 +267,9 @@ export const register = (ctx: SuiteContext): void => {
         // The parent's 8 records and each child's 7.
         assert.deepStrictEqual(comparison, { _tag: "Identical", records: 22 })
         // A child whose tool answers otherwise under replay: the replay stops at that child's
-        // next request, naming the recorded child and its step.
-        const changed = makeWorld({ chargeText: "billed" })
+        // next request, naming the recorded child and its step. Both children diverge; the
+        // second settles first, yet the replay names the first call's child, as every run would.
+        const changed = makeWorld({ chargeText: "billed", secondFirst: true })
         const diverged = yield* Effect.flip(Replay.run({ recorded, request: changed.request("sub-replay-changed") }).pipe(
           Effect.provide(Layer.mergeAll(
             DecisionParser.layer(native),
