@@ -12,6 +12,10 @@
  * Each run (each turn of a conversation sent with `Cluster.send`): its first two steps call
  * `charge` (records the execution, then takes a little time, so a kill can land between the side
  * effect and the step's completion), the third answers.
+ *
+ * With `POLYLOOP_TEST_SUBAGENTS=1` (design 0414) each submitted run is a planner whose step 0
+ * hands two parts to `delegate`, a sub-agent whose child runs are the runs above (two charges,
+ * then "all charged"), both at once; its step 1 answers "delegated".
  */
 import { NodeRuntime } from "@effect/platform-node"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -20,6 +24,7 @@ import * as Agent from "@polyloop/core/Agent"
 import * as AgentDefinition from "@polyloop/core/AgentDefinition"
 import * as EventSink from "@polyloop/core/EventSink"
 import { runId as makeRunId } from "@polyloop/core/Ids"
+import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolContext from "@polyloop/core/ToolContext"
@@ -35,6 +40,7 @@ import * as LogLevel from "effect/LogLevel"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as SubAgent from "@polyloop/core/SubAgent"
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import { holdFileOf, Payload, timings } from "./cluster-fixture.js"
@@ -45,6 +51,14 @@ const agent = AgentDefinition.make({
   name: "cluster-failover",
   systemPrompt: "Charge twice, then answer.",
   budget: { maxSteps: 8 },
+  modelRetry: { maxAttempts: 3, baseDelay: Duration.millis(50), maxDelay: Duration.millis(200) }
+})
+
+const planner = AgentDefinition.make({
+  name: "cluster-planner",
+  systemPrompt: "Delegate two parts, then answer.",
+  budget: { maxSteps: 4 },
+  actionConcurrency: 2,
   modelRetry: { maxAttempts: 3, baseDelay: Duration.millis(50), maxDelay: Duration.millis(200) }
 })
 
@@ -73,12 +87,31 @@ const main = (url: string, runnerId: string, port: number) => {
       })
   })
   const tools = ToolRegistry.make(charge)
+  const subAgents = process.env["POLYLOOP_TEST_SUBAGENTS"] === "1"
+  const delegate = SubAgent.tool({
+    name: "delegate",
+    description: "Hands one part of the work to an agent that charges for it.",
+    parameters: Schema.Struct({ part: Schema.Int }),
+    agent,
+    tools,
+    task: ({ part }) => `charge for part ${part}`
+  })
+  const plannerTools = ToolRegistry.make(delegate)
 
   // Per turn (a single-task run is one turn, so its steps are the run's): two charges, then the
   // answer (a conversation's turn, `Cluster.send`, the same).
   const model = ScriptedModel.make(
     (request) => {
       const messages = request.messages
+      const system = messages[0]
+      if (system?._tag === "System" && system.text === planner.systemPrompt) {
+        return messages.some((m) => m._tag === "Assistant")
+          ? ScriptedModel.text("delegated")
+          : ModelReply.make({
+            text: "",
+            toolCalls: [1, 2].map((part) => ({ id: "", name: "delegate", argumentsText: JSON.stringify({ part }) }))
+          })
+      }
       let since = 0
       for (let i = messages.length - 1; i >= 0 && messages[i]!._tag !== "User"; i--) if (messages[i]!._tag === "Assistant") since++
       return since < 2 ? ScriptedModel.toolCall("charge", { amount: since + 1 }) : ScriptedModel.text("all charged")
@@ -99,10 +132,15 @@ const main = (url: string, runnerId: string, port: number) => {
   const runner = ClusterRunner.layer({
     payload: Payload,
     resolve: ({ n }, id) =>
-      Effect.map(tools.executor(), (executor) => ({
-        request: { runId: makeRunId(id), agent, task: `charge for run ${n}`, tools } satisfies Agent.RunRequest,
-        executor
-      })),
+      subAgents
+        ? Effect.map(plannerTools.executor(), (executor) => ({
+          request: { runId: makeRunId(id), agent: planner, task: `delegate the charges of run ${n}`, tools: plannerTools } satisfies Agent.RunRequest,
+          executor
+        }))
+        : Effect.map(tools.executor(), (executor) => ({
+          request: { runId: makeRunId(id), agent, task: `charge for run ${n}`, tools } satisfies Agent.RunRequest,
+          executor
+        })),
     maxConcurrentRuns: timings.maxConcurrentRuns,
     busyRetryInterval: timings.busyRetryInterval,
     retryBaseDelay: Duration.millis(500),
