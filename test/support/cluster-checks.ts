@@ -51,16 +51,19 @@ export const checkExactlyOnce = (ids: ReadonlyArray<string>, mayCut: (runId: str
 
     const perStep = countBy(
       records.filter((r) => r.kind === "ModelReplied" || r.kind === "ActionResulted" || r.kind === "StepCompleted"),
-      (r) => `${r.run_id}/${r.step}/${r.kind}`
+      // A step of several calls (a planner's sub-agents) has one result per call index.
+      (r) => `${r.run_id}/${r.step}/${r.kind}${r.kind === "ActionResulted" ? `/${(JSON.parse(r.payload) as { callIndex: number }).callIndex}` : ""}`
     )
     assert.deepStrictEqual([...perStep].filter(([, n]) => n > 1), [], "a step was recorded twice")
 
     const executions = yield* sql<{ run_id: string; step: number; worker: string }>`SELECT run_id, step, worker FROM tool_executions`
     const perExecution = countBy(executions, (e) => `${e.run_id}/${e.step}`)
     assert.deepStrictEqual([...perExecution].filter(([, n]) => n > 1), [], "a Never tool ran twice for one step")
+    // The charges' results: those of the checked runs (a planner's results are its sub-agents').
+    const checked = new Set(ids)
     const results = new Map(
       records
-        .filter((r) => r.kind === "ActionResulted")
+        .filter((r) => r.kind === "ActionResulted" && checked.has(r.run_id))
         .map((r) => [`${r.run_id}/${r.step}`, JSON.parse(r.payload) as { outcome: { status: string; observationIsSynthetic: boolean } }])
     )
     for (const e of executions) {

@@ -57,7 +57,8 @@ const agent = AgentDefinition.make({
 const planner = AgentDefinition.make({
   name: "cluster-planner",
   systemPrompt: "Delegate two parts, then answer.",
-  budget: { maxSteps: 4 },
+  // The children's steps count in it (design 0392): 2 of its own and 2 × 3 of theirs.
+  budget: { maxSteps: 12 },
   actionConcurrency: 2,
   modelRetry: { maxAttempts: 3, baseDelay: Duration.millis(50), maxDelay: Duration.millis(200) }
 })
