@@ -159,26 +159,27 @@ export const send = <A = unknown>(request: SendRequest<A>): Effect.Effect<RunRes
   return whileBusy === undefined ? attempt : Effect.retry(attempt, { schedule: whileBusy, while: (error) => error._tag === "RunBusy" })
 }
 
-/** The last item of `stream`: the run's result. */
-export interface RunCompleted {
+/** The last item of `stream`: the run's result, its `output` typed by the agent's output schema (design 0400). */
+export interface RunCompleted<A = unknown> {
   readonly _tag: "RunCompleted"
-  readonly result: RunResult
+  readonly result: RunResult<A>
 }
 
 /** What `stream` yields: the run's events as they happen, then its result. */
-export type StreamItem = LoopEvent | RunCompleted
+export type StreamItem<A = unknown> = LoopEvent | RunCompleted<A>
 
 /**
  * Runs a request as `run` does, streaming (design 0180), and yields every event of the run as
  * it happens — `ModelDelta`s included — then `RunCompleted` with the result; the stream fails
  * with the run's error. The events also reach the `EventSink` in context. Interrupting the
  * stream's consumer interrupts the run (which stays resumable). Events wait for the consumer in
- * an unbounded queue: the run never waits for a slow reader.
+ * an unbounded queue: the run never waits for a slow reader. With an output schema on the agent,
+ * `RunCompleted`'s result has the typed `output`, as `run` gives it (design 0400).
  */
-export const stream = (request: RunRequest): Stream.Stream<StreamItem, RunError, Requirements> =>
+export const stream = <A = unknown>(request: RunRequest<A>): Stream.Stream<StreamItem<A>, RunError, Requirements> =>
   Stream.unwrapScoped(
     Effect.gen(function*() {
-      const mailbox = yield* Mailbox.make<StreamItem, RunError>()
+      const mailbox = yield* Mailbox.make<StreamItem<A>, RunError>()
       const outer = yield* EventSink.EventSink
       const sink = EventSink.make(
         EventSink.isNoop(outer) ? (event) => Effect.asVoid(mailbox.offer(event)) : (event) => Effect.zipRight(mailbox.offer(event), outer.emit(event))

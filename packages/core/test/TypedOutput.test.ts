@@ -26,6 +26,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import * as fs from "node:fs"
 
 const lookup = Tool.make({
@@ -86,6 +87,25 @@ describe("typed final answers", () => {
       // …and is typed again on the other side.
       const typedAgain = yield* Agent.decodeOutput(agent, wire)
       assert.deepStrictEqual(typedAgain, result)
+    }))
+
+  it.effect("Agent.stream ends with the run's typed result: the output is the schema's type, as Agent.run gives it", () =>
+    Effect.gen(function*() {
+      const store = yield* RunLogStore.makeMemory
+      const model = yield* ScriptedModel.make(scriptOf([valid]))
+      const items = yield* Stream.runCollect(Agent.stream({ runId: Ids.runId("typed-stream"), agent, task: "Where is order 17?", tools })).pipe(
+        Effect.provide(Layer.merge(services(store), model.layer))
+      )
+      const last = [...items].at(-1)
+      assert.strictEqual(last?._tag, "RunCompleted")
+      if (last?._tag !== "RunCompleted") return
+      // Typed without a cast: `result.output` is the schema's type (a Date inside).
+      const output: { readonly order: string; readonly status: "shipped" | "pending"; readonly shippedOn: Date } | undefined = last.result.output
+      assert.isTrue(output?.shippedOn instanceof Date)
+      assert.strictEqual(output?.shippedOn.toISOString(), "2026-12-01T00:00:00.000Z")
+      assert.deepStrictEqual(last.result.encodedOutput, JSON.parse(valid))
+      // A model delta was streamed before it (streaming is on by default for Agent.stream).
+      assert.isTrue(items.pipe((chunk) => [...chunk].some((item) => item._tag === "ModelDelta")))
     }))
 
   it.effect("an answer that does not decode is fed back with the parse error; the model tries again and succeeds", () =>
