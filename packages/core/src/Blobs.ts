@@ -34,8 +34,9 @@ export interface Ref {
 export const hashOf = (data: Uint8Array): BlobHash => createHash("sha256").update(data).digest("hex") as BlobHash
 
 /**
- * What a storage adapter implements. `putBlobs` stores each blob not yet present (one
- * transaction; present ones are left as they are); `hasBlobs` returns the hashes of the given ones
+ * What a storage adapter implements. `putBlobs` stores each blob not yet present (present ones
+ * are left as they are; each blob whole, not necessarily all in one transaction: blobs are
+ * content-addressed, so a put cut short leaves only blobs no ref names yet); `hasBlobs` returns the hashes of the given ones
  * that are present; `getBlob` returns a blob's bytes; `setRef` inserts or replaces; `listRefs`
  * returns the run's refs whose names start with `prefix`, by name.
  */

@@ -50,7 +50,7 @@ export interface Options {
 }
 
 /** The identifiers of the blob properties. */
-export type PropertyId = "roundTrip" | "unknown" | "refs" | "survivesRestart"
+export type PropertyId = "roundTrip" | "unknown" | "refs" | "concurrent" | "survivesRestart"
 
 const bytes = FastCheck.uint8Array({ maxLength: 300 })
 
@@ -134,6 +134,34 @@ export const properties = <E>(subject: StoreUnderTest<E>, options: Options = {})
               const got = listed.map((ref) => [ref.name, ref.hash] as const)
               yield* Property.ensure(JSON.stringify(got) === JSON.stringify(want), () => `run ${run}, prefix "${prefix}": listed ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`)
             }
+          }
+        }))
+    }),
+    concurrent: Property.make({
+      id: "concurrent",
+      name: "puts of many blobs from several fibers at once, with refs set and blobs read meanwhile, all succeed and read back",
+      numRuns: runs(3),
+      arbitrary: FastCheck.tuple(FastCheck.integer({ min: 2, max: 4 }), FastCheck.integer({ min: 0, max: 255 })),
+      check: ([fibers, salt]) =>
+        Effect.scoped(Effect.gen(function*() {
+          const { first: blobs } = yield* open(subject)
+          // Enough statements per put that a fiber yields in the middle of one (Effect's scheduler
+          // yields every 2,048 operations): a put must not leave its work open to another's.
+          const batchOf = (fiber: number) => Array.from({ length: 1500 }, (_, i) => Uint8Array.from([salt, fiber, i >> 8, i & 255]))
+          const puts = yield* Effect.mapError(
+            Effect.forEach(Array.from({ length: fibers }, (_, f) => f), (fiber) =>
+              Effect.zipLeft(
+                blobs.putAll(batchOf(fiber)),
+                Effect.zipRight(blobs.put(Uint8Array.from([salt, fiber, 255, 255, 1])), blobs.listRefs(`blobs-contract-concurrent-${fiber}`))
+              ), { concurrency: "unbounded" }),
+            fail("concurrent putAll")
+          )
+          for (let fiber = 0; fiber < fibers; fiber++) {
+            const hashes = puts[fiber]!
+            const present = yield* Effect.mapError(blobs.has(hashes), fail("has"))
+            yield* Property.ensure(hashes.every((hash) => present.has(hash)), () => `fiber ${fiber}: ${hashes.length - present.size} of its blobs are missing`)
+            const last = yield* Effect.mapError(blobs.get(hashes[hashes.length - 1]!), fail("get"))
+            yield* Property.ensure(Option.isSome(last) && sameBytes(last.value, batchOf(fiber)[hashes.length - 1]!), () => `fiber ${fiber}: its last blob did not read back`)
           }
         }))
     })

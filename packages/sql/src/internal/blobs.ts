@@ -13,9 +13,31 @@ import type * as Statements from "./statements.js"
 
 const asBytes = (value: unknown): Uint8Array | undefined => value instanceof Uint8Array ? value : undefined
 
+/** Rows per insert (3 parameters each: under SQLite's oldest limit of 999) and bytes per insert. */
+const chunkRows = 300
+const chunkBytes = 16 * 1024 * 1024
+
+/** Blobs in insert-sized chunks, in order; a blob over `chunkBytes` is a chunk of its own. */
+const chunksOf = <B extends { readonly data: Uint8Array }>(blobs: ReadonlyArray<B>): Array<Array<B>> => {
+  const chunks: Array<Array<B>> = []
+  let current: Array<B> = []
+  let bytes = 0
+  for (const blob of blobs) {
+    if (current.length > 0 && (current.length >= chunkRows || bytes + blob.data.byteLength > chunkBytes)) {
+      chunks.push(current)
+      current = []
+      bytes = 0
+    }
+    current.push(blob)
+    bytes += blob.data.byteLength
+  }
+  if (current.length > 0) chunks.push(current)
+  return chunks
+}
+
 /** The blob backend over the store's statement runner. */
 export const make = (statements: Statements.Statements): Blobs.Backend => {
-  const { compiled, connect, failWith, sql, transaction } = statements
+  const { compiled, connect, failWith, sql } = statements
   const putSql = compiled(sql`INSERT INTO polyloop_blobs (hash, size, data) VALUES (${""}, ${0}, ${""}) ON CONFLICT (hash) DO NOTHING`)
   const hasSql = compiled(sql`SELECT hash FROM polyloop_blobs WHERE hash = ${""}`)
   const getSql = compiled(sql`SELECT data FROM polyloop_blobs WHERE hash = ${""}`)
@@ -25,10 +47,18 @@ export const make = (statements: Statements.Statements): Blobs.Backend => {
   const listRefsSql = compiled(sql`SELECT name, hash FROM polyloop_refs WHERE run_id = ${""} AND substr(name, 1, ${0}) = ${""}`)
 
   return {
+    // Each chunk is one statement, whole on its own: on SQLite's held connection no statement of
+    // another fiber can land between two of a put's (design 0003), and a put interrupted or
+    // failed between chunks leaves only blobs stored — content-addressed, so harmless; the ref
+    // naming them is set after.
     putBlobs: (blobs) =>
-      transaction((conn) =>
-        Effect.forEach(blobs, (blob) => conn.execute(putSql, [blob.hash, blob.data.byteLength, blob.data], undefined), { discard: true })
-      ).pipe(Effect.mapError(failWith("storing blobs"))),
+      Effect.forEach(chunksOf(blobs), (chunk) =>
+        connect((conn) => {
+          if (chunk.length === 1) return conn.execute(putSql, [chunk[0]!.hash, chunk[0]!.data.byteLength, chunk[0]!.data], undefined)
+          const rows = chunk.map((blob) => ({ hash: blob.hash, size: blob.data.byteLength, data: blob.data }))
+          const [text, params] = sql`INSERT INTO polyloop_blobs ${sql.insert(rows)} ON CONFLICT (hash) DO NOTHING`.compile()
+          return conn.execute(text, params, undefined)
+        }), { discard: true }).pipe(Effect.mapError(failWith("storing blobs"))),
     hasBlobs: (hashes) =>
       connect((conn) =>
         Effect.reduce(hashes, new Set<string>(), (found, hash) =>
