@@ -123,7 +123,9 @@ export const tool = <A, I, R, O = unknown>(options: Options<A, I, R, O>): SubAge
 
 /**
  * The run id of the child a sub-agent call starts: `<parent>/<step>/<callId>`, or
- * `child-<sha256>` of the three when that is over 200 characters.
+ * `child-<sha256>` of the three when that is over 200 characters or the call id holds a control
+ * character (`child-u16-<sha256>` with a lone surrogate): what every store keeps verbatim
+ * (design 0392, decision 8).
  */
 export const childRunId: (parent: string, step: number, callId: string) => RunId = Child.childRunId
 

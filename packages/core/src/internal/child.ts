@@ -58,15 +58,28 @@ export const specOf = (tool: Tool.Any | undefined): Spec | undefined =>
   tool !== undefined && SpecTypeId in tool ? (tool as unknown as Carrier)[SpecTypeId] : undefined
 
 /**
+ * What a store cannot keep verbatim in a run id (decision 8): a C0 control character or DEL
+ * (PostgreSQL refuses a NUL in text) and a lone surrogate (UTF-8 makes every one U+FFFD, so two
+ * such ids would name one child).
+ */
+const unkeepable = /[\u0000-\u001f\u007f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/**
  * The child's run id: `<parent>/<step>/<callId>`, or `child-<sha256>` of the three when that is
- * longer than a run id may be (200 characters). A function of the call alone: a re-run call
- * names the same child.
+ * longer than a run id may be (200 characters) or the call id holds what a store cannot keep
+ * verbatim (`child-u16-<sha256>` with a lone surrogate). A function of the call alone: a re-run
+ * call names the same child.
  */
 export const childRunId = (parent: string, step: number, callId: string): RunId => {
   const plain = `${parent}/${step}/${callId}`
-  if (plain.length <= 200) return makeRunId(plain)
-  const digest = createHash("sha256").update(`${parent}\u0000${step}\u0000${callId}`).digest("hex")
-  return makeRunId(`child-${digest}`)
+  if (plain.length <= 200 && !unkeepable.test(callId)) return makeRunId(plain)
+  const input = `${parent}\u0000${step}\u0000${callId}`
+  // UTF-8 is lossless for a well-formed string (the form ids over 200 characters have always
+  // been hashed in); with a lone surrogate it is not, so those hash their UTF-16 code units,
+  // under a prefix of their own.
+  if (loneSurrogate.test(input)) return makeRunId(`child-u16-${createHash("sha256").update(Buffer.from(input, "utf16le")).digest("hex")}`)
+  return makeRunId(`child-${createHash("sha256").update(input).digest("hex")}`)
 }
 
 /**
