@@ -110,8 +110,8 @@ const recordedOutputConfig = {
 const OrderItem = Schema.Struct({
   product_name: Schema.String.annotations({ title: "Product Name" }),
   price: Schema.Number.annotations({ title: "Price" }),
-  // `Schema.Int` would add `description: "an integer"`, which pydantic does not write.
-  quantity: Schema.Number.pipe(Schema.int()).annotations({ title: "Quantity" })
+  // An integer written as pydantic writes it (`Schema.Int` would add `description: "an integer"`).
+  quantity: Schema.Number.pipe(Schema.filter((n) => Number.isInteger(n), { jsonSchema: { type: "integer", title: "Quantity" } }))
 }).annotations({ identifier: "OrderItem", title: "OrderItem" })
 
 const OrderDetails = Schema.Struct({
@@ -215,8 +215,8 @@ describe("typed final answers over Anthropic (design 0400, decision 6 amended)",
       required: ["name", "score", "tags"],
       properties: {
         name: { $ref: "#/$defs/NonEmptyString" },
-        score: { type: "number", description: "a number between 1 and 10\n\n{minimum: 1, maximum: 10}" },
-        tags: { type: "array", items: { type: "string" }, description: "an array of at least 2 item(s)\n\n{minItems: 2}" }
+        score: { type: "number", title: "between(1, 10)", description: "a number between 1 and 10\n\n{minimum: 1, maximum: 10}" },
+        tags: { type: "array", items: { type: "string" }, title: "minItems(2)", description: "an array of at least 2 item(s)\n\n{minItems: 2}" }
       },
       additionalProperties: false
     })
