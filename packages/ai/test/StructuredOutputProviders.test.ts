@@ -336,7 +336,9 @@ describe("typed final answers over OpenAI Responses (design 0400, decision 6 ame
       const client = yield* clientOf(responses(server.baseUrl))
       // The recorded stream calls two tools: declare them, or @effect/ai refuses the stream.
       const area = { type: "object", properties: { area: { type: "string" } }, required: ["area"] }
-      yield* Stream.runDrain(client.stream({
+      const stream = client.stream
+      if (stream === undefined) return assert.fail("the Responses client streams")
+      yield* Stream.runDrain(stream({
         ...requestWith(mathOutput),
         tools: [
           { name: "get_local_weather", description: "The weather of an area", parameters: area },
