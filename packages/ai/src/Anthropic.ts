@@ -172,7 +172,12 @@ const rewriteNode = (node: Json): Json | undefined => {
   const typed = ["type", "$ref", "anyOf", "allOf", "enum", "const"].some((key) => key in kept)
   if (!typed) return undefined
   const type = kept["type"]
-  if (type === "object" || (Array.isArray(type) && type.includes("object"))) kept["additionalProperties"] = false
+  if (type === "object" || (Array.isArray(type) && type.includes("object"))) {
+    // Any object (`Schema.Object`, `{ type: "object" }`): with `additionalProperties: false` it
+    // could only be `{}`, which would make a wrong answer look right.
+    if (!("properties" in kept) && node["additionalProperties"] !== false) return undefined
+    kept["additionalProperties"] = false
+  }
   if (moved.length > 0) {
     const description = kept["description"]
     const said = `{${moved.map(([key, value]) => `${key}: ${JSON.stringify(value)}`).join(", ")}}`
@@ -188,8 +193,9 @@ const rewriteNode = (node: Json): Json | undefined => {
  * `maximum`, `exclusiveMinimum`, `multipleOf`, `minLength`, `maxLength`, `pattern`, `minItems`
  * other than 0 or 1, `maxItems`, a string format Anthropic does not know, `default`, …) moved
  * into the node's `description` as `{key: value, …}`. Undefined when the schema cannot be
- * expressed there at all: an object whose `additionalProperties` is not `false` (a record), a
- * node with no type (`Schema.Unknown`), pattern properties, tuples. Polyloop decodes the answer
+ * expressed there at all: an object whose `additionalProperties` is not `false` (a record), an
+ * object with no `properties` (`Schema.Object`), a node with no type (`Schema.Unknown`), pattern
+ * properties, tuples. Polyloop decodes the answer
  * with the full schema, so what the rewritten schema no longer says is still checked.
  */
 export const toAnthropicSchema = (schema: unknown): Json | undefined => {

@@ -190,6 +190,24 @@ describe("typed final answers over Anthropic (design 0400, decision 6 amended)",
       assert.deepStrictEqual(bodyOf(sent)["output_config"], { effort: "low" })
     }))
 
+  it.scopedLive("a streamed request carries output_config too", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeServer.make
+      yield* server.reply({ _tag: "Events", events: Replay.streamEvents("anthropic-text-tool-use.chunks.txt") })
+      const client = yield* clientOf(anthropic(server.baseUrl))
+      const stream = client.stream
+      if (stream === undefined) return assert.fail("the Anthropic client streams")
+      // The recorded stream calls a tool: declare it, or @effect/ai refuses the stream.
+      yield* Stream.runDrain(stream({
+        ...requestWith(orderOutput),
+        tools: [{ name: "updateIssueList", description: "Updates the issue list", parameters: { type: "object", properties: {} } }]
+      }))
+      const [sent] = yield* server.all
+      const body = bodyOf(sent)
+      assert.strictEqual(body["stream"], true)
+      assert.deepStrictEqual(body["output_config"], recordedOutputConfig)
+    }))
+
   it.scopedLive("a schema Anthropic cannot express (a record) sends no constraint", () =>
     Effect.gen(function*() {
       const server = yield* FakeServer.make
@@ -226,6 +244,10 @@ describe("typed final answers over Anthropic (design 0400, decision 6 amended)",
     )
     assert.isUndefined(Anthropic.toAnthropicSchema({ type: "object", properties: {}, additionalProperties: { type: "number" } }))
     assert.isUndefined(Anthropic.toAnthropicSchema({ type: "object", properties: { any: {} } }))
+    // `Schema.Object` (any object): with additionalProperties false it could only be `{}`.
+    assert.isUndefined(Anthropic.toAnthropicSchema(JSONSchema.make(Schema.Struct({ o: Schema.Object }))))
+    // Tuples (`items` as a list) are not in the subset.
+    assert.isUndefined(Anthropic.toAnthropicSchema(JSONSchema.make(Schema.Struct({ t: Schema.Tuple(Schema.String, Schema.Number) }))))
   })
 })
 
