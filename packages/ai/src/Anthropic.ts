@@ -15,7 +15,15 @@
  *
  * Settings: `model`, `temperature`, `topP`, `maxOutputTokens` (as `max_tokens`, which the API
  * requires: default `defaultMaxTokens`), `stop` (as `stop_sequences`); `extra` is merged
- * verbatim. The API has no `seed`: a request setting it is refused.
+ * verbatim, last. The API has no `seed`: a request setting it is refused.
+ *
+ * Typed answers (design 0400, decision 6 amended): a request with an answer's schema
+ * (`ModelRequest.output`, an agent with an output schema and `constrainOutput`) sends
+ * `output_config: { format: { type: "json_schema", schema } }` — Anthropic's generally
+ * available structured outputs (Claude Sonnet 4.5, Opus 4.5, Haiku 4.5 and later; an older
+ * model refuses the request: set `constrainOutput: false`). The schema is rewritten to
+ * Anthropic's subset (`toAnthropicSchema`); one it cannot express sends nothing. An
+ * `output_config` in `extra` replaces it whole. The answer is decoded by polyloop either way.
  *
  * @since 0.1.0
  */

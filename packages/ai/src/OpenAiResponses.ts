@@ -6,6 +6,12 @@
  * Responses request). `seed` and `stop` do not exist in the Responses API: a request that sets
  * them fails with a non-retryable `ModelError` rather than running with them ignored.
  *
+ * Typed answers (design 0400, decision 6 amended): a request with an answer's schema
+ * (`ModelRequest.output`) sends `text: { format: { type: "json_schema", name, schema, strict } }`.
+ * `@effect/ai-openai` writes `text.format` itself, so the format is written into the body by
+ * the client's transform, from a `FiberRef` `applySettings` sets for the call (a stream's fiber
+ * inherits it). A `text.format` in `extra` is sent instead (`extra`'s `text.verbosity` too).
+ *
  * A tool's result is sent in `function_call_output` as the observation text itself:
  * `@effect/ai-openai` JSON-encodes every result, so the client's requests are corrected before
  * they leave (`unwrapToolOutputs`), or the model would read `"\"sunny\""` for `sunny`.
