@@ -51,8 +51,9 @@ export const ModelRequest = Schema.Struct({
   parallelToolCalls: Schema.optional(Schema.Boolean),
   /**
    * The answer's schema when the agent has one and asks the provider to constrain its text
-   * (design 0400): a client sends it where the provider has such a setting (OpenAI's
-   * `response_format` json_schema); absent: nothing asked.
+   * (design 0400): a client sends it where the provider has such a setting (Chat Completions'
+   * `response_format` json_schema, the Responses API's `text.format`, Anthropic's
+   * `output_config.format`); absent: nothing asked.
    */
   output: Schema.optional(Schema.Struct({ name: Schema.String, schema: JsonValue, strict: Schema.Boolean }))
 })

@@ -72,13 +72,19 @@ export const unwrapMessagesBody = (body: unknown): unknown => {
   }
 }
 
+/** A request with `fix` applied to its JSON body; any other request as it is. @internal */
+export const mapJsonBody = (
+  request: HttpClientRequest.HttpClientRequest,
+  fix: (body: unknown) => unknown
+): HttpClientRequest.HttpClientRequest => {
+  const body = request.body
+  if (body._tag !== "Uint8Array" || !body.contentType.startsWith("application/json")) return request
+  return Option.match(decodeJsonBody(new TextDecoder().decode(body.body)), {
+    onNone: () => request,
+    onSome: (json) => HttpClientRequest.bodyUnsafeJson(request, fix(json))
+  })
+}
+
 /** An `HttpClient` transform applying `fix` to every JSON request body. @internal */
 export const fixingBodies = (fix: (body: unknown) => unknown) => (client: HttpClient.HttpClient): HttpClient.HttpClient =>
-  HttpClient.mapRequest(client, (request) => {
-    const body = request.body
-    if (body._tag !== "Uint8Array" || !body.contentType.startsWith("application/json")) return request
-    return Option.match(decodeJsonBody(new TextDecoder().decode(body.body)), {
-      onNone: () => request,
-      onSome: (json) => HttpClientRequest.bodyUnsafeJson(request, fix(json))
-    })
-  })
+  HttpClient.mapRequest(client, (request) => mapJsonBody(request, fix))
