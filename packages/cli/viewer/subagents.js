@@ -1,0 +1,1 @@
+// polyloop run viewer: sub-agent runs (design 0412). Filled in by the next commit.
