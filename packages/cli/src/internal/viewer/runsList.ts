@@ -179,7 +179,9 @@ export const page = (
       models: sortedDistinct(all.flatMap((summary) => (summary.model === undefined ? [] : [summary.model ?? "-"]))),
       stopReasons: sortedDistinct([...reasons.map((reason) => reason._tag), ...reasons.map(StopReason.format)]),
       tags: annotations.tags,
-      scorers: annotations.scorers
+      scorers: annotations.scorers,
+      /** How many listed runs are child runs (design 0412): the page offers `children=hide` when some are. */
+      childRuns: parents.size
     }
   }
 }
