@@ -38,6 +38,8 @@ const intact = Tree.idsOf("plan")
 const damaged = Tree.idsOf("plan-damaged")
 /** Named like a child of `plan` (step 1, call `fake`), but `plan` never called it. */
 const fake = "plan/1/fake"
+/** A chain of sub-agents 10 levels deep: deeper than the tree reads. */
+const deep = "deep"
 /** Named like a child of a run that does not exist. */
 const orphan = "nobody/0/x"
 
@@ -52,6 +54,7 @@ const viewerLayer = Layer.scoped(
     yield* Tree.run(damaged.root)
     yield* Tree.runPlain(fake)
     yield* Tree.runPlain(orphan)
+    yield* Tree.runChain(deep, 10)
     // The damaged tree loses its second reader's log (its record in the parent stays).
     const db = new Sqlite(filename)
     db.prepare("DELETE FROM polyloop_records WHERE run_id = ?").run(damaged.readerB)
@@ -173,6 +176,23 @@ describe.sequential("polyloop serve: sub-agent runs (design 0412)", () => {
         assert.strictEqual(gone.status, 404, "the missing child itself is an unknown root")
       }))
 
+    it.effect("the tree is read 8 levels deep: the node at the bound is marked truncated, the document too", () =>
+      Effect.gen(function*() {
+        const { url } = yield* Viewer
+        const { body, status } = yield* treeOf(url, deep)
+        assert.strictEqual(status, 200)
+        assert.isTrue(body.truncated)
+        const chain: Array<TreeNode> = []
+        for (let node = body.tree.children[0]; node !== undefined; node = node.children[0]) chain.push(node)
+        assert.strictEqual(chain.length, 8)
+        assert.deepStrictEqual(chain.map((node) => node.truncated ?? false), [false, false, false, false, false, false, false, true])
+        assert.deepStrictEqual(chain.map((node) => node.steps), [2, 2, 2, 2, 2, 2, 2, 2])
+        assert.strictEqual(body.totals.runs, 8)
+        // From the bound down, the deepest child's own tree goes on.
+        const below = yield* treeOf(url, chain[7]!.runId)
+        assert.deepStrictEqual([below.body.parent, below.body.totals.runs, below.body.truncated], [chain[6]!.runId, 2, false])
+      }))
+
     it.effect("GET /api/runs: a child run's row names its parent; children=hide leaves child runs out", () =>
       Effect.gen(function*() {
         const { url } = yield* Viewer
@@ -186,8 +206,8 @@ describe.sequential("polyloop serve: sub-agent runs (design 0412)", () => {
         assert.isUndefined(parents.get(fake), "named like a child, not one")
         assert.isUndefined(parents.get(orphan))
         const hidden = yield* getJson<RunsDoc>(`${url}api/runs?pageSize=200&children=hide`)
-        assert.deepStrictEqual(new Set(hidden.body.runs.map((r) => r.runId)), new Set([intact.root, damaged.root, fake, orphan]))
-        assert.strictEqual(hidden.body.total, 4)
+        assert.deepStrictEqual(new Set(hidden.body.runs.map((r) => r.runId)), new Set([intact.root, damaged.root, fake, orphan, deep]))
+        assert.strictEqual(hidden.body.total, 5)
         assert.strictEqual((yield* getJson<RunsDoc>(`${url}api/runs?children=nope`)).status, 400)
       }))
   })

@@ -30,6 +30,8 @@ import * as Chromium from "./support/chromium.js"
 import * as Tree from "./support/subagent-tree.js"
 
 const ids = Tree.idsOf("planner-1")
+/** A tree whose first child's id holds markup (the call id is the model's). */
+const hostile = Tree.idsOf("hostile", `<img src=x onerror="window.__pwned=1">`)
 /** Named like a child of the planner, but never called by it. */
 const fake = `${ids.root}/1/fake`
 
@@ -61,6 +63,7 @@ describe.sequential("the viewer's sub-agent runs (design 0412)", () => {
     await runtime.runPromise(Effect.gen(function*() {
       yield* Tree.run(ids.root)
       yield* Tree.runPlain(fake)
+      yield* Tree.run(hostile.root, `<img src=x onerror="window.__pwned=1">`)
     }))
     bound = await runtime.runPromise(Serve.serve({ port: 0, interval: Duration.millis(200), prices: Tree.prices }).pipe(Scope.extend(scope)))
     browser = await Chromium.launch({ width: 1400, height: 900 })
@@ -139,10 +142,10 @@ describe.sequential("the viewer's sub-agent runs (design 0412)", () => {
     assert.strictEqual(await page.locator(`#runs tr[data-run="${ids.expert}"] .child-of`).getAttribute("data-parent"), ids.readerA)
     assert.strictEqual(await page.locator(`#runs tr[data-run="${fake}"] .child-of`).count(), 0, "named like a child, not one")
     assert.strictEqual(await page.locator(`#runs tr[data-run="${ids.root}"] .child-of`).count(), 0)
-    assert.strictEqual(await page.locator("#count").innerText(), "5 runs")
+    assert.strictEqual(await page.locator("#count").innerText(), "9 runs")
     await page.locator('select[name="children"]').selectOption("hide")
-    for (let tries = 0; tries < 200 && (await page.locator("#count").innerText()) !== "2 runs"; tries++) await page.waitForTimeout(50)
-    assert.deepStrictEqual(new Set(await page.locator("#runs tbody tr").evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-run")))), new Set([ids.root, fake]))
+    for (let tries = 0; tries < 200 && (await page.locator("#count").innerText()) !== "3 runs"; tries++) await page.waitForTimeout(50)
+    assert.deepStrictEqual(new Set(await page.locator("#runs tbody tr").evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-run")))), new Set([ids.root, fake, hostile.root]))
     assert.strictEqual(new URL(page.url()).searchParams.get("children"), "hide")
     await badge.waitFor({ state: "detached" })
     // The badge leads to the parent's page.
@@ -152,5 +155,17 @@ describe.sequential("the viewer's sub-agent runs (design 0412)", () => {
     assert.strictEqual(await page.locator("#run-id").innerText(), ids.root)
     assert.deepStrictEqual(pageErrors, [])
     await page.close()
+  }, 120_000)
+
+  it("a child run id holding markup is shown as text on the parent's page, the child's page and the list", async () => {
+    for (const [pathname, ready] of [[runHref(hostile.root), "#subagents"], [runHref(hostile.readerA), "#parent-run"], ["/", "#runs .child-of"]] as const) {
+      const page = await open(pathname)
+      await page.locator(ready).first().waitFor({ timeout: 60_000 })
+      assert.strictEqual(await page.locator("main img").count(), 0, pathname)
+      assert.isUndefined(await page.evaluate("window.__pwned"), pathname)
+      assert.include(await page.locator("main").innerText(), hostile.readerA, pathname)
+      await page.close()
+    }
+    assert.deepStrictEqual(pageErrors, [])
   }, 120_000)
 })

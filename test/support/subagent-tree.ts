@@ -60,9 +60,10 @@ const taskOf = (request: ModelClient.ModelRequest) => {
   const user = request.messages.find((m) => m._tag === "User")
   return user?._tag === "User" ? user.text : ""
 }
-const callOf = (name: string, args: unknown) => ({ id: "", name, argumentsText: JSON.stringify(args) })
+const callOf = (name: string, args: unknown, id = "") => ({ id, name, argumentsText: JSON.stringify(args) })
 
-const script: ScriptedModel.Script = (request, call) => {
+/** The script; the planner's first call has the id `readCallId` (empty: the scripted model's own). */
+const scriptOf = (readCallId: string): ScriptedModel.Script => (request, call) => {
   const system = systemOf(request)
   if (system === "You are the expert.") return ModelReply.make({ text: "The expert says: 42.", usage: { inputTokens: 50, outputTokens: 10 } })
   if (system === "You read one file.") {
@@ -73,14 +74,14 @@ const script: ScriptedModel.Script = (request, call) => {
       : ModelReply.make({ text: "a.md holds 42.", usage })
   }
   const usage = { inputTokens: 200, outputTokens: 50 }
-  if (call.step === 0) return ModelReply.make({ text: "", toolCalls: [callOf("read", { path: "a.md" })], usage })
+  if (call.step === 0) return ModelReply.make({ text: "", toolCalls: [callOf("read", { path: "a.md" }, readCallId)], usage })
   if (call.step === 1) return ModelReply.make({ text: "", toolCalls: [callOf("read", { path: "b.md" })], usage })
   return ModelReply.make({ text: "Both read.", usage })
 }
 
-/** The ids of the tree run under `root`. */
-export const idsOf = (root: string) => {
-  const readerA = SubAgent.childRunId(root, 0, "call_s0_0")
+/** The ids of the tree run under `root` (the planner's first call id `readCallId`, when given). */
+export const idsOf = (root: string, readCallId = "") => {
+  const readerA = SubAgent.childRunId(root, 0, readCallId === "" ? "call_s0_0" : readCallId)
   return {
     root,
     readerA,
@@ -89,10 +90,10 @@ export const idsOf = (root: string) => {
   }
 }
 
-/** Runs the tree under `root` into the store in context. */
-export const run = (root: string): Effect.Effect<Agent.RunResult, unknown, RunLogStore.RunLogStore> =>
+/** Runs the tree under `root` into the store in context (the planner's first call id `readCallId`, when given). */
+export const run = (root: string, readCallId = ""): Effect.Effect<Agent.RunResult, unknown, RunLogStore.RunLogStore> =>
   Effect.gen(function*() {
-    const model = yield* ScriptedModel.make(script)
+    const model = yield* ScriptedModel.make(scriptOf(readCallId))
     return yield* Agent.run({ runId: Ids.runId(root), agent: planner, task: "Read a.md and b.md.", tools }).pipe(
       Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
     )
@@ -105,5 +106,35 @@ export const runPlain = (runId: string): Effect.Effect<Agent.RunResult, unknown,
     const agent = AgentDefinition.make({ name: "solo", systemPrompt: "Answer.", budget: { maxSteps: 2 } })
     return yield* Agent.run({ runId: Ids.runId(runId), agent, task: "Say something.", tools: ToolRegistry.empty }).pipe(
       Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(ToolRegistry.empty)), EventSink.layerNoop))
+    )
+  })
+
+/**
+ * A chain of sub-agents `depth` levels deep under `root`: level k calls level k + 1 at its step 0
+ * and answers at its step 1; the last level answers at once (each reply 1 input + 1 output token).
+ */
+export const runChain = (root: string, depth: number): Effect.Effect<Agent.RunResult, unknown, RunLogStore.RunLogStore> =>
+  Effect.gen(function*() {
+    const levelOf = (k: number) => AgentDefinition.make({ name: `level-${k}`, systemPrompt: `Level ${k}.`, budget: { maxSteps: 100 } })
+    let tools: ToolRegistry.ToolRegistry<never, never> = ToolRegistry.empty
+    for (let k = depth; k >= 1; k--) {
+      tools = ToolRegistry.make(SubAgent.tool({
+        name: "down",
+        description: "Asks the next level.",
+        parameters: Schema.Struct({ question: Schema.String }),
+        agent: levelOf(k),
+        tools,
+        task: ({ question }) => question
+      }))
+    }
+    const usage = { inputTokens: 1, outputTokens: 1 }
+    const model = yield* ScriptedModel.make((request, call) => {
+      const level = Number(/^Level (\d+)\.$/.exec(systemOf(request))?.[1] ?? "0")
+      return level < depth && call.step === 0
+        ? ModelReply.make({ text: "", toolCalls: [callOf("down", { question: `From level ${level}.` })], usage })
+        : ModelReply.make({ text: `Level ${level} done.`, usage })
+    })
+    return yield* Agent.run({ runId: Ids.runId(root), agent: levelOf(0), task: "Go down.", tools }).pipe(
+      Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
     )
   })
