@@ -137,7 +137,11 @@ export const make = (ui) => {
     /** Reads the tree again when the run's children may have changed; then the section, the costs and the header follow. */
     const update = async (transcript) => {
       const children = transcript.steps.flatMap((step) => (step.results ?? []).flatMap((result) => (result.child ? [result.child.runId] : [])))
-      const key = JSON.stringify([transcript.runId, children, transcript.finished !== null, transcript.steps.length])
+      // A run that names no child and whose id cannot be a child's (`<parent>/<step>/<callId>`) has no tree to read.
+      const calling = transcript.steps.some((step) => !step.completed && (step.reply?.reply?.toolCalls ?? []).length > 0)
+      if (children.length === 0 && !calling && !/\/\d+\/./.test(transcript.runId)) return
+      // Read again when a child is recorded, a step is calling, or the run ends; not at every step.
+      const key = JSON.stringify([transcript.runId, children, calling ? transcript.steps.length : -1, transcript.finished !== null])
       if (key === treeKey) return
       treeKey = key
       treeRun = transcript.runId
