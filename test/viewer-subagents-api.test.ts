@@ -40,6 +40,8 @@ const damaged = Tree.idsOf("plan-damaged")
 const fake = "plan/1/fake"
 /** A chain of sub-agents 10 levels deep: deeper than the tree reads. */
 const deep = "deep"
+/** A planner of 503 children: more than the tree reads. */
+const wide = "wide"
 /** Named like a child of a run that does not exist. */
 const orphan = "nobody/0/x"
 
@@ -55,6 +57,7 @@ const viewerLayer = Layer.scoped(
     yield* Tree.runPlain(fake)
     yield* Tree.runPlain(orphan)
     yield* Tree.runChain(deep, 10)
+    yield* Tree.runWide(wide, 503)
     // The damaged tree loses its second reader's log (its record in the parent stays).
     const db = new Sqlite(filename)
     db.prepare("DELETE FROM polyloop_records WHERE run_id = ?").run(damaged.readerB)
@@ -91,6 +94,7 @@ interface TreeDoc {
 }
 interface RunsDoc {
   readonly total: number
+  readonly pages: number
   readonly runs: ReadonlyArray<{ readonly runId: string; readonly parent?: string }>
 }
 
@@ -98,6 +102,18 @@ const getJson = <Body>(url: string) =>
   Effect.promise(async () => {
     const response = await fetch(url, { headers: auth })
     return { status: response.status, body: (await response.json()) as Body }
+  })
+
+/** Every page of the runs list for `query`. */
+const allRuns = (url: string, query: string) =>
+  Effect.gen(function*() {
+    const runs: Array<RunsDoc["runs"][number]> = []
+    for (let page = 1, pages = 1; page <= pages; page++) {
+      const { body } = yield* getJson<RunsDoc>(`${url}api/runs?pageSize=200&page=${page}&${query}`)
+      runs.push(...body.runs)
+      pages = body.pages
+    }
+    return runs
   })
 
 const treeOf = (url: string, runId: string) => getJson<TreeDoc>(`${url}api/runs/${encodeURIComponent(runId)}/tree`)
@@ -193,11 +209,23 @@ describe.sequential("polyloop serve: sub-agent runs (design 0412)", () => {
         assert.deepStrictEqual([below.body.parent, below.body.totals.runs, below.body.truncated], [chain[6]!.runId, 2, false])
       }))
 
+    it.effect("the tree reads 500 runs at most: the node whose children were cut is marked truncated", () =>
+      Effect.gen(function*() {
+        const { url } = yield* Viewer
+        const { body, status } = yield* treeOf(url, wide)
+        assert.strictEqual(status, 200)
+        assert.isTrue(body.truncated)
+        assert.isTrue(body.tree.truncated)
+        assert.strictEqual(body.tree.children.length, 500)
+        assert.strictEqual(body.totals.runs, 500)
+        assert.strictEqual(body.tree.children[499]!.runId, `${wide}/0/call_s0_499`)
+      }))
+
     it.effect("GET /api/runs: a child run's row names its parent; children=hide leaves child runs out", () =>
       Effect.gen(function*() {
         const { url } = yield* Viewer
-        const all = yield* getJson<RunsDoc>(`${url}api/runs?pageSize=200`)
-        const parents = new Map(all.body.runs.map((r) => [r.runId, r.parent]))
+        const all = yield* allRuns(url, "")
+        const parents = new Map(all.map((r) => [r.runId, r.parent]))
         assert.strictEqual(parents.get(intact.readerA), intact.root)
         assert.strictEqual(parents.get(intact.readerB), intact.root)
         assert.strictEqual(parents.get(intact.expert), intact.readerA)
@@ -205,9 +233,10 @@ describe.sequential("polyloop serve: sub-agent runs (design 0412)", () => {
         assert.isUndefined(parents.get(intact.root))
         assert.isUndefined(parents.get(fake), "named like a child, not one")
         assert.isUndefined(parents.get(orphan))
+        assert.strictEqual(parents.get(`${wide}/0/call_s0_502`), wide, "the list's parents are not bounded by the tree's")
         const hidden = yield* getJson<RunsDoc>(`${url}api/runs?pageSize=200&children=hide`)
-        assert.deepStrictEqual(new Set(hidden.body.runs.map((r) => r.runId)), new Set([intact.root, damaged.root, fake, orphan, deep]))
-        assert.strictEqual(hidden.body.total, 5)
+        assert.deepStrictEqual(new Set(hidden.body.runs.map((r) => r.runId)), new Set([intact.root, damaged.root, fake, orphan, deep, wide]))
+        assert.strictEqual(hidden.body.total, 6)
         assert.strictEqual((yield* getJson<RunsDoc>(`${url}api/runs?children=nope`)).status, 400)
       }))
   })

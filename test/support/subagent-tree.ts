@@ -138,3 +138,29 @@ export const runChain = (root: string, depth: number): Effect.Effect<Agent.RunRe
       Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
     )
   })
+
+/** A planner whose step 0 calls `n` sub-agents (each answers at once), then answers. */
+export const runWide = (root: string, n: number): Effect.Effect<Agent.RunResult, unknown, RunLogStore.RunLogStore> =>
+  Effect.gen(function*() {
+    const leaf = AgentDefinition.make({ name: "leaf", systemPrompt: "You are a leaf.", budget: { maxSteps: 2 } })
+    const tools = ToolRegistry.make(SubAgent.tool({
+      name: "leaf",
+      description: "Asks a leaf.",
+      parameters: Schema.Struct({ i: Schema.Number }),
+      agent: leaf,
+      tools: ToolRegistry.empty,
+      task: ({ i }) => `Leaf ${i}.`
+    }))
+    const usage = { inputTokens: 1, outputTokens: 1 }
+    const model = yield* ScriptedModel.make((request, call) =>
+      systemOf(request) === "You are a leaf."
+        ? ModelReply.make({ text: "Leaf done.", usage })
+        : call.step === 0
+        ? ModelReply.make({ text: "", toolCalls: Array.from({ length: n }, (_, i) => callOf("leaf", { i })), usage })
+        : ModelReply.make({ text: "All done.", usage })
+    )
+    const agent = AgentDefinition.make({ name: "wide", systemPrompt: "You fan out.", budget: { maxSteps: n + 10 } })
+    return yield* Agent.run({ runId: Ids.runId(root), agent, task: "Fan out.", tools }).pipe(
+      Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
+    )
+  })
