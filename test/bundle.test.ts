@@ -245,7 +245,7 @@ describe.sequential("the polyloop launcher and its bundle", () => {
         child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
         child.on("close", (code) => reject(new Error(`serve exited (${code}) before listening:\n${stdout}\n${stderr}`)))
       })
-      const files = [["/", "index.html"], ["/assets/viewer.css", "viewer.css"], ["/assets/viewer.js", "viewer.js"], ["/assets/session.js", "session.js"], ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js"]] as const
+      const files = [["/", "index.html"], ["/assets/viewer.css", "viewer.css"], ["/assets/viewer.js", "viewer.js"], ["/assets/session.js", "session.js"], ["/assets/subagents.js", "subagents.js"], ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js"]] as const
       for (const [page, file] of files) {
         // The page's files hold no data: served without a credential (design 0370).
         const response = await fetch(new URL(page, url))

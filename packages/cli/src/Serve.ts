@@ -4,15 +4,20 @@
  * filters and pages; one run's transcript, updated live while the run is written by any
  * process) and the JSON API the page uses:
  *
- * - `GET /api/runs?status=&agent=&stopReason=&from=&to=&model=&tag=&scorer=&scoreMin=&scoreMax=&page=&pageSize=`
+ * - `GET /api/runs?status=&agent=&stopReason=&from=&to=&model=&tag=&scorer=&scoreMin=&scoreMax=&children=&page=&pageSize=`
  *   — runs, newest first, filtered and paged, with the values each filter can take; a run's tags
- *   and scores are its experiment's (design 0395);
+ *   and scores are its experiment's (design 0395); a sub-agent's child run names its `parent`
+ *   (verified in the parent's log), and `children=hide` leaves child runs out (design 0412);
  * - `GET /api/runs/<id>` — one run's transcript (`Transcript.toJson`: the document
  *   `polyloop show --json` prints), with the recorded snapshot and its hash, budgets against
  *   their limits, resumes, synthetic observations and the executor's audit text;
  * - `GET /api/runs/<id>/live` and `GET /api/live` — Server-Sent Events fed by polling the store
  *   (`internal/viewer/live.ts`);
  * - `GET /api/runs/<id>/forks` — the run's forks (its parent is in its transcript);
+ * - `GET /api/runs/<id>/tree` — the run's sub-agent runs (design 0412): its children, theirs, …,
+ *   read from the parents' records breadth first (8 levels, 500 runs at most), each with its
+ *   status (`finished`, `unfinished`, `missing`, `unreadable`: never an error but for the root),
+ *   tokens and cost by its own model, the descendants' totals, and the run's verified `parent`;
  * - `GET /api/runs/<id>/export?format=jsonl|json|openai-chat|atif` — the run as `polyloop export`
  *   writes it, as an attachment;
  * - `GET /api/stats?agent=&snapshot=` — what `polyloop stats --json` prints for the same filter
@@ -43,7 +48,7 @@
  * asks no token (reaching the socket authenticates). The runs list, the statistics and a run's
  * forks are answered from the store's summaries (design 0343). Design: docs/design/0190-viewer.md,
  * docs/design/0340-viewer-security.md, docs/design/0343-summary-columns.md,
- * docs/design/0370-viewer-session-in-its-origin.md.
+ * docs/design/0370-viewer-session-in-its-origin.md, docs/design/0412-viewer-sub-agents.md.
  *
  * The parts live in `internal/serve/`: `app.ts` (the app and its checks), `router.ts` and
  * `runs.ts`, `session.ts`, `decide.ts` (the routes), `streams.ts` (the stream caps), `paths.ts`

@@ -13,6 +13,7 @@
 // that it is served as it is written.
 
 import * as Session from "./session.js"
+import * as SubAgents from "./subagents.js"
 
 const main = document.getElementById("main")
 const connection = document.getElementById("connection")
@@ -134,6 +135,9 @@ const costOf = (table, model, input, output) => {
 /** An amount of money, to a precision that shows small runs' costs. */
 const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amount.toFixed(4)} ${currency}`
 
+/** Sub-agent runs (design 0412): `subagents.js`, drawn with this file's helpers. */
+const subAgents = SubAgents.make({ el, runHref, stopReasonLabel, stopReasonClass, money, getJson, showProblem })
+
 // -----------------------------------------------------------------------------
 // runs list
 // -----------------------------------------------------------------------------
@@ -141,7 +145,7 @@ const money = (amount, currency) => `${amount < 0.01 ? amount.toFixed(6) : amoun
 const listParams = () => {
   const params = new URLSearchParams(location.search)
   const keep = new URLSearchParams()
-  for (const name of ["status", "agent", "stopReason", "from", "to", "model", "tag", "scorer", "scoreMin", "scoreMax", "page"]) {
+  for (const name of ["status", "agent", "stopReason", "from", "to", "model", "tag", "scorer", "scoreMin", "scoreMax", "children", "page"]) {
     const value = params.get(name)
     if (value) keep.set(name, value)
   }
@@ -187,6 +191,8 @@ const renderList = (data, params) => {
     scorers.length > 0 ? select("scorer", "Score by", scorer, scorers.map((name) => [name, name])) : null,
     scorers.length > 0 ? scoreInput("scoreMin", "from", params.get("scoreMin"), scorer) : null,
     scorers.length > 0 ? scoreInput("scoreMax", "to", params.get("scoreMax"), scorer) : null,
+    // Sub-agent runs (design 0412): shown when the store has some.
+    (data.filters.childRuns ?? 0) > 0 || params.get("children") ? select("children", "Sub-agent runs", params.get("children") ?? "", [["hide", "hidden"]]) : null,
     el("span", { class: "muted", id: "count" }, `${data.total} run${data.total === 1 ? "" : "s"}`),
     el("span", { class: "muted", id: "totals", "data-tokens": String(data.totals.tokens), "data-cost": data.totals.cost ? String(data.totals.cost.amount) : undefined }, `${data.totals.tokens} tokens${data.totals.cost ? ` · ${money(data.totals.cost.amount, data.totals.cost.currency)}${data.totals.cost.unpriced > 0 ? ` (${data.totals.cost.unpriced} run${data.totals.cost.unpriced === 1 ? "" : "s"} of unpriced models not counted)` : ""}` : ""}`)
   )
@@ -219,7 +225,7 @@ const renderList = (data, params) => {
     el(
       "tr",
       { "data-run": run.runId },
-      el("td", { class: "run" }, el("a", { href: runHref(run.runId) }, run.runId)),
+      el("td", { class: "run" }, el("a", { href: runHref(run.runId) }, run.runId), run.parent ? [" ", subAgents.parentBadge(run.parent)] : null),
       el("td", {}, run.agent),
       el("td", {}, statusBadge(run.status)),
       el("td", {}, run.stopReasonLabel ? el("span", { class: `badge ${stopReasonClass(run.stopReason ?? run.conversation?.lastStopReason)}` }, run.stopReasonLabel) : el("span", { class: "muted" }, "-")),
@@ -345,7 +351,7 @@ const actionsOf = (decision) => (Array.isArray(decision.actions) ? decision.acti
 /** The results of a step: one per action (a step may hold several once parallel calls exist). */
 const resultsOf = (step) => (Array.isArray(step.results) ? step.results : step.result ? [step.result] : [])
 
-const renderResult = (result, step, replayPolicyOf, label) => {
+const renderResult = (result, step, replayPolicyOf, label, childBlock) => {
   const outcome = result.outcome
   const notes = []
   if (step.settledOnResume) {
@@ -370,6 +376,8 @@ const renderResult = (result, step, replayPolicyOf, label) => {
         : el("span", { class: `badge ${outcome.status}`, "data-status": outcome.status }, outcome.status),
       notes.map((n) => el("span", { class: "note" }, n))
     ),
+    // A sub-agent's call (design 0392): the child run it ran.
+    result.child && childBlock ? row("child run", childBlock(result.child)) : null,
     row(
       "observation",
       outcome.observationIsSynthetic ? el("span", { class: "badge synthetic", title: "written by the library, not by the executor" }, "synthetic") : null,
@@ -537,7 +545,7 @@ const renderStep = (step, context) => {
   // A reply may call several tools (one result each, in call order): each is labelled "action i of n".
   const called = decision._tag === "Act" ? Math.max(actionsOf(decision).length, results.length) : results.length
   if (results.length > 0) {
-    results.forEach((result, i) => node.append(...renderResult(result, step, context.replayPolicyOf, called > 1 ? `action ${i + 1} of ${called}` : "action")))
+    results.forEach((result, i) => node.append(...renderResult(result, step, context.replayPolicyOf, called > 1 ? `action ${i + 1} of ${called}` : "action", context.childBlock).filter((part) => part !== null)))
   }
   else if (decision._tag === "Act") node.append(row(actionsOf(decision).length > 1 ? "actions" : "action", el("ul", { class: "actions" }, actionsOf(decision).map(renderAction))))
   return node
@@ -723,7 +731,7 @@ const exportLinks = (runId) =>
     })
   )
 
-const renderHeader = (transcript, live, table) => {
+const renderHeader = (transcript, live, table, subAgentFacts = []) => {
   const summary = transcript.summary
   const reason = summary.stopReason
   const facts = [
@@ -746,6 +754,7 @@ const renderHeader = (transcript, live, table) => {
       )
     ])
   }
+  facts.push(...subAgentFacts)
   if (table) {
     const model = transcript.snapshot?.agent?.modelSettings?.model
     const input = transcript.steps.reduce((sum, step) => sum + (step.tokens?.input ?? 0), 0)
@@ -821,6 +830,16 @@ const makeRunView = (priceTable) => {
   const forksSlot = el("div", { id: "forks" })
   const timelineSlot = el("div", {})
   let timelineKey = null
+  // Sub-agent runs (design 0412): the header's facts and the section follow the run's tree.
+  let lastShown = null
+  const renderHead = (transcript, live) => {
+    const head = renderHeader(transcript, live, priceTable, subAgentPart.facts(transcript))
+    header.replaceChildren(head)
+    sizeBars(head, transcript)
+  }
+  const subAgentPart = subAgents.runPart(priceTable, () => {
+    if (lastShown !== null) renderHead(lastShown.transcript, lastShown.live)
+  })
   // Jump to a step (design 0371): the step is made if the window had not made it, then scrolled to.
   const jump = el(
     "form",
@@ -833,7 +852,7 @@ const makeRunView = (priceTable) => {
     const wanted = Number(new FormData(jump).get("step"))
     if (Number.isInteger(wanted)) scrollToStep(wanted)
   })
-  main.replaceChildren(header, timelineSlot, snapshotSlot, forksSlot, el("div", { class: "steps-head" }, el("h2", {}, "Steps"), jump), steps, footer)
+  main.replaceChildren(header, subAgentPart.section, timelineSlot, snapshotSlot, forksSlot, el("div", { class: "steps-head" }, el("h2", {}, "Steps"), jump), steps, footer)
   /**
    * The windowed list (design 0371): past `windowOver` steps, a step's section is made only while
    * its place is near the viewport (an IntersectionObserver with a margin of screens), and taken
@@ -919,10 +938,10 @@ const makeRunView = (priceTable) => {
       const finished = transcript.finished !== null
       const live = finished ? null : lastChange === null ? "no new writes since this page opened" : `live · last write seen ${lastChange.toLocaleTimeString()}`
       document.title = `${transcript.runId} · polyloop`
-      const head = renderHeader(transcript, live, priceTable)
-      header.replaceChildren(head)
-      sizeBars(head, transcript)
+      lastShown = { transcript, live }
+      renderHead(transcript, live)
       void showForks(transcript.runId)
+      void subAgentPart.update(transcript)
       const nextTimelineKey = JSON.stringify([transcript.steps.map((s) => [s.step, s.completion?.elapsed, s.settledOnResume]), transcript.resumes])
       if (nextTimelineKey !== timelineKey) {
         timelineKey = nextTimelineKey
@@ -939,6 +958,7 @@ const makeRunView = (priceTable) => {
         approvals: transcript.approvals ?? [],
         compactions: transcript.compactions ?? [],
         replayPolicyOf: (name) => tools.get(name),
+        childBlock: subAgentPart.childBlock,
         requestOf: (step) => requestMessages(transcript, step)
       }
       windowed = windowed || (observer !== null && transcript.steps.length > windowOver)

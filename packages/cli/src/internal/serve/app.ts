@@ -22,6 +22,7 @@ import * as Defaults from "../viewer/defaults.js"
 import * as Forks from "../viewer/forks.js"
 import * as Live from "../viewer/live.js"
 import * as RunTags from "../viewer/runTags.js"
+import * as RunTree from "../viewer/runTree.js"
 import * as Stats from "../viewer/stats.js"
 import { apiError, securityHeaders } from "./http.js"
 import { isLiveStream, isPublic, unrouted } from "./paths.js"
@@ -68,6 +69,7 @@ export const app = (
       forks: Forks.make(),
       statsIndex,
       tags: RunTags.make(),
+      parents: RunTree.makeParents(),
       hub,
       requestSlot
     })

@@ -13,7 +13,7 @@ import { apiError } from "./http.js"
 const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/$/, "GET"],
   [/^\/favicon\.ico$/, "GET"],
-  [/^\/assets\/(?:viewer\.css|viewer\.js|session\.js|chart\.umd\.min\.js|experiments\.js|experiments\.css)$/, "GET"],
+  [/^\/assets\/(?:viewer\.css|viewer\.js|session\.js|subagents\.js|chart\.umd\.min\.js|experiments\.js|experiments\.css)$/, "GET"],
   [/^\/api\/session$/, "POST"],
   [/^\/api\/runs$/, "GET"],
   [/^\/experiments$/, "GET"],
@@ -23,7 +23,7 @@ const routeShapes: ReadonlyArray<readonly [RegExp, string]> = [
   [/^\/api\/prices$/, "GET"],
   [/^\/api\/search$/, "GET"],
   [/^\/api\/runs\/[^/]+$/, "GET"],
-  [/^\/api\/runs\/[^/]+\/(?:live|forks|export)$/, "GET"],
+  [/^\/api\/runs\/[^/]+\/(?:live|forks|export|tree)$/, "GET"],
   [/^\/api\/runs\/[^/]+\/decisions$/, "POST"]
 ]
 

@@ -19,6 +19,7 @@ import type * as Forks from "../viewer/forks.js"
 import type * as Live from "../viewer/live.js"
 import type * as Prices from "../viewer/prices.js"
 import type * as RunTags from "../viewer/runTags.js"
+import type * as RunTree from "../viewer/runTree.js"
 import * as Search from "../viewer/search.js"
 import * as Stats from "../viewer/stats.js"
 import { decide } from "./decide.js"
@@ -36,6 +37,8 @@ export interface Parts {
   readonly forks: Forks.Index
   readonly statsIndex: Stats.Index
   readonly tags: RunTags.Index
+  /** The runs list's index of child runs' parents (design 0412). */
+  readonly parents: RunTree.Parents
   readonly hub: Live.Hub
   /** A live stream's slot for the client of the request, held for the scope, or a 503 response. */
   readonly requestSlot: Effect.Effect<void, HttpServerResponse.HttpServerResponse, HttpServerRequest.HttpServerRequest | Scope.Scope>
@@ -43,7 +46,7 @@ export interface Parts {
 
 /** The viewer's router over one app's parts. */
 export const make = (parts: Parts) => {
-  const { allowed, assets, decider, forks, hub, prices, requestSlot, secret, statsIndex, tags } = parts
+  const { allowed, assets, decider, forks, hub, parents, prices, requestSlot, secret, statsIndex, tags } = parts
   const asset = (urlPath: string) => {
     const found = assets.get(urlPath)!
     return HttpServerResponse.text(found.body, { contentType: found.contentType })
@@ -54,6 +57,7 @@ export const make = (parts: Parts) => {
     HttpRouter.get("/assets/viewer.css", Effect.sync(() => asset("/assets/viewer.css"))),
     HttpRouter.get("/assets/viewer.js", Effect.sync(() => asset("/assets/viewer.js"))),
     HttpRouter.get("/assets/session.js", Effect.sync(() => asset("/assets/session.js"))),
+    HttpRouter.get("/assets/subagents.js", Effect.sync(() => asset("/assets/subagents.js"))),
     HttpRouter.get("/assets/chart.umd.min.js", Effect.sync(() => asset("/assets/chart.umd.min.js"))),
     // Experiments (design 0320): the page, its script, the list and one experiment.
     HttpRouter.get("/experiments", Effect.sync(() => asset("/experiments"))),
@@ -98,7 +102,7 @@ export const make = (parts: Parts) => {
         return HttpServerResponse.unsafeJson(yield* statsIndex.document(query, prices))
       }))
     ),
-    HttpRouter.get("/api/runs", Runs.list(prices, tags)),
+    HttpRouter.get("/api/runs", Runs.list(prices, tags, parents)),
     HttpRouter.get("/api/runs/:runId", Runs.transcript),
     HttpRouter.get(
       "/api/runs/:runId/live",
@@ -110,6 +114,7 @@ export const make = (parts: Parts) => {
     ),
     HttpRouter.get("/api/runs/:runId/export", Runs.exported),
     HttpRouter.get("/api/runs/:runId/forks", Runs.forksOf(forks)),
+    HttpRouter.get("/api/runs/:runId/tree", Runs.tree(prices)),
     HttpRouter.post("/api/session", login(secret, allowed)),
     HttpRouter.post("/api/runs/:runId/decisions", decide(allowed, decider)),
     HttpRouter.get(

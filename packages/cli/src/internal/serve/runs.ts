@@ -1,6 +1,7 @@
 /**
  * The viewer's run endpoints: `GET /api/runs` (the list, filtered and paged from the store's
- * summaries: `../viewer/runsList.ts`; tags and scores from its experiments: `../viewer/runTags.ts`), `GET /api/runs/<id>` (the transcript), `GET
+ * summaries: `../viewer/runsList.ts`; tags and scores from its experiments: `../viewer/runTags.ts`), `GET /api/runs/<id>` (the transcript), `GET /api/runs/<id>/tree` (its sub-agent runs:
+ * `../viewer/runTree.ts`), `GET
  * /api/runs/<id>/forks` (from the summaries, design 0343) and `GET /api/runs/<id>/export` (the run
  * as `polyloop export` writes it, as an attachment).
  *
@@ -18,16 +19,31 @@ import type * as Forks from "../viewer/forks.js"
 import type * as Prices from "../viewer/prices.js"
 import * as RunsList from "../viewer/runsList.js"
 import type * as RunTags from "../viewer/runTags.js"
+import * as RunTree from "../viewer/runTree.js"
 import { respondToFailure, runIdParam, runNotFound } from "./http.js"
 
-/** `GET /api/runs`: a page of the runs list, priced by `prices` when given, with the experiments' tags and scores (design 0395). */
-export const list = (prices: Prices.PriceTable | undefined, tags: RunTags.Index) =>
+/**
+ * `GET /api/runs`: a page of the runs list, priced by `prices` when given, with the experiments'
+ * tags and scores (design 0395) and each child run's verified parent (design 0412).
+ */
+export const list = (prices: Prices.PriceTable | undefined, tags: RunTags.Index, parents: RunTree.Parents) =>
   respondToFailure(Effect.gen(function*() {
     const query = yield* HttpServerRequest.schemaSearchParams(RunsList.RunsQuery)
     const store = yield* RunLogStore.RunLogStore
     const all = yield* store.listRuns()
     const annotations = yield* tags.annotations(store, query.scorer === "" ? undefined : query.scorer)
-    return HttpServerResponse.unsafeJson(RunsList.page(query, all, prices, annotations))
+    const parentOf = yield* parents.of(all)
+    return HttpServerResponse.unsafeJson(RunsList.page(query, all, prices, annotations, parentOf))
+  }))
+
+/** `GET /api/runs/<id>/tree`: the run's sub-agent runs, bounded, and its verified parent (design 0412). */
+export const tree = (prices: Prices.PriceTable | undefined) =>
+  respondToFailure(Effect.gen(function*() {
+    const runId = yield* runIdParam
+    return Option.match(yield* RunTree.read(runId, prices), {
+      onNone: () => runNotFound(runId),
+      onSome: (found) => HttpServerResponse.unsafeJson(found)
+    })
   }))
 
 /** `GET /api/runs/<id>`: the run's transcript (`Transcript.toJson`), the log verified. */

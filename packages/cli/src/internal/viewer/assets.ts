@@ -28,6 +28,7 @@ const files: ReadonlyArray<readonly [urlPath: string, file: string, contentType:
   ["/assets/viewer.css", "viewer.css", "text/css; charset=utf-8"],
   ["/assets/viewer.js", "viewer.js", "text/javascript; charset=utf-8"],
   ["/assets/session.js", "session.js", "text/javascript; charset=utf-8"],
+  ["/assets/subagents.js", "subagents.js", "text/javascript; charset=utf-8"],
   ["/assets/chart.umd.min.js", "vendor/chart.umd.min.js", "text/javascript; charset=utf-8"],
   ["/experiments", "experiments.html", "text/html; charset=utf-8"],
   ["/assets/experiments.js", "experiments.js", "text/javascript; charset=utf-8"],

@@ -49,6 +49,8 @@ export const RunsQuery = Schema.Struct({
   scoreMin: OptionalNumber,
   /** The greatest score (by `scorer`), included. */
   scoreMax: OptionalNumber,
+  /** `hide`: leave out child runs, those a listed parent's log names (design 0412); empty or `show`: list them. */
+  children: Schema.optional(Schema.Literal("", "show", "hide")),
   /** The page, from 1. */
   page: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.greaterThanOrEqualTo(1))),
   pageSize: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxPageSize)))
@@ -75,8 +77,19 @@ export const stopReasonLabel = (summary: RunLogStore.RunSummary): string | null 
   return `turn ${conversation.turns - 1}: ${StopReason.format(conversation.lastStopReason)}`
 }
 
-/** Does the run pass the query's filters (tags and scores from `annotations`, design 0395)? */
-export const matches = (query: RunsQuery, summary: RunLogStore.RunSummary, annotations: RunTags.Annotations = RunTags.none): boolean => {
+const noParents: ReadonlyMap<string, string> = new Map()
+
+/**
+ * Does the run pass the query's filters (tags and scores from `annotations`, design 0395; a
+ * child run's parent from `parents`, design 0412)?
+ */
+export const matches = (
+  query: RunsQuery,
+  summary: RunLogStore.RunSummary,
+  annotations: RunTags.Annotations = RunTags.none,
+  parents: ReadonlyMap<string, string> = noParents
+): boolean => {
+  if (query.children === "hide" && parents.has(summary.runId)) return false
   if (present(query.status) && summary.status !== query.status) return false
   if (present(query.agent) && summary.agent !== query.agent) return false
   if (present(query.from) && summary.startedAt < Date.parse(`${query.from}T00:00:00Z`)) return false
@@ -129,16 +142,18 @@ export const totals = (runs: ReadonlyArray<RunLogStore.RunSummary>, prices: Pric
 /**
  * The page of runs the query asks for, with the total after filtering and the values the
  * filters can take (from all runs, so a filter never hides its own alternatives); with a price
- * table, each run's cost (null: unpriced) and the filtered runs' total.
+ * table, each run's cost (null: unpriced) and the filtered runs' total; a child run's verified
+ * parent as `parent` (design 0412).
  */
 export const page = (
   query: RunsQuery,
   all: ReadonlyArray<RunLogStore.RunSummary>,
   prices?: Prices.PriceTable,
-  annotations: RunTags.Annotations = RunTags.none
+  annotations: RunTags.Annotations = RunTags.none,
+  parents: ReadonlyMap<string, string> = noParents
 ) => {
   const pageSize = query.pageSize ?? defaultPageSize
-  const filtered = all.filter((summary) => matches(query, summary, annotations))
+  const filtered = all.filter((summary) => matches(query, summary, annotations, parents))
   const scored = present(query.scorer) ? annotations.scores : undefined
   const pages = Math.max(1, Math.ceil(filtered.length / pageSize))
   const current = Math.min(query.page ?? 1, pages)
@@ -150,7 +165,8 @@ export const page = (
       stopReasonLabel: stopReasonLabel(summary),
       ...(prices === undefined ? {} : { cost: costOf(prices, summary) ?? null }),
       tags: annotations.tagsOf(summary.runId),
-      ...(scored === undefined ? {} : { score: scored.get(summary.runId) ?? null })
+      ...(scored === undefined ? {} : { score: scored.get(summary.runId) ?? null }),
+      ...(parents.has(summary.runId) ? { parent: parents.get(summary.runId)! } : {})
     })),
     total: filtered.length,
     totals: totals(filtered, prices),
@@ -163,7 +179,9 @@ export const page = (
       models: sortedDistinct(all.flatMap((summary) => (summary.model === undefined ? [] : [summary.model ?? "-"]))),
       stopReasons: sortedDistinct([...reasons.map((reason) => reason._tag), ...reasons.map(StopReason.format)]),
       tags: annotations.tags,
-      scorers: annotations.scorers
+      scorers: annotations.scorers,
+      /** How many listed runs are child runs (design 0412): the page offers `children=hide` when some are. */
+      childRuns: parents.size
     }
   }
 }
