@@ -158,13 +158,18 @@ describe.sequential("the conversation page, the list's filters and exports (issu
     await page.locator('input[name="from"]').fill("2001-01-01")
     await page.locator('input[name="to"]').fill("2001-01-02")
     await page.locator('input[name="to"]').dispatchEvent("change")
-    for (let tries = 0; tries < 100 && (await rows.count()) !== 0; tries++) await page.waitForTimeout(50)
+    // Waits for the page's re-query however loaded the machine is (a 5 s poll failed under CI
+    // load), polling from here: the page's CSP forbids `waitForFunction`.
+    const rowsAre = async (n: number) => {
+      for (let tries = 0; tries < 1200 && (await rows.count()) !== n; tries++) await page.waitForTimeout(50)
+    }
+    await rowsAre(0)
     assert.strictEqual(await rows.count(), 0)
     assert.strictEqual(new URL(page.url()).searchParams.get("to"), "2001-01-02")
     await page.locator('input[name="from"]').fill(today)
     await page.locator('input[name="to"]').fill(today)
     await page.locator('input[name="to"]').dispatchEvent("change")
-    for (let tries = 0; tries < 100 && (await rows.count()) !== 2; tries++) await page.waitForTimeout(50)
+    await rowsAre(2)
     assert.strictEqual(await rows.count(), 2)
     // By model: the models the store names are the filter's choices; another selects nothing.
     const api = async (query: string) =>

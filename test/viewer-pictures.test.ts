@@ -51,7 +51,7 @@ const chartData = (page: Page, id: string): Promise<ChartData> =>
 
 /** Waits (polling from here: the page's CSP forbids `waitForFunction`'s evaluated strings) until chart `#id` is drawn. */
 const drawn = async (page: Page, id: string): Promise<ChartData> => {
-  for (let tries = 0; tries < 200; tries++) {
+  for (let tries = 0; tries < 1200; tries++) {
     const data = await chartData(page, id)
     if (data !== null) return data
     await page.waitForTimeout(50)
@@ -322,7 +322,7 @@ describe.sequential("polyloop serve's pictures in a real browser", () => {
     await page.screenshot({ path: path.join(screenshots, "viewer-stats.png"), fullPage: true })
     // Filtered by agent: the same as `polyloop stats --json --agent`.
     await page.locator('#stats-filters select[name="agent"]').selectOption("researcher")
-    for (let tries = 0; tries < 100 && (await page.locator("#stats-table tbody tr").count()) !== 1; tries++) await page.waitForTimeout(50)
+    for (let tries = 0; tries < 1200 && (await page.locator("#stats-table tbody tr").count()) !== 1; tries++) await page.waitForTimeout(50)
     const researcher = statsJson("--agent", "researcher")
     const filtered = await drawn(page, "chart-stop-reasons")
     assert.deepStrictEqual(filtered.labels, researcher.map((g) => `${g.agent} · ${g.snapshotHash.slice(0, 8)}`))

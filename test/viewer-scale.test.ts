@@ -47,7 +47,7 @@ interface ChartData {
 
 /** Waits (polling from here: the page's CSP forbids `waitForFunction`'s evaluated strings) until chart `#id` is drawn. */
 const drawn = async (page: Page, id: string): Promise<ChartData> => {
-  for (let tries = 0; tries < 200; tries++) {
+  for (let tries = 0; tries < 1200; tries++) {
     const data = (await page.evaluate(`(() => {
       const chart = window.Chart.getChart(document.getElementById(${JSON.stringify(id)}))
       return chart === undefined ? null : { labels: chart.data.labels, datasets: chart.data.datasets.map((d) => ({ label: d.label, data: d.data })) }
@@ -60,7 +60,7 @@ const drawn = async (page: Page, id: string): Promise<ChartData> => {
 
 /** Polls until `check` holds (the page's CSP forbids `waitForFunction`). */
 const until = async (check: () => Promise<boolean>, what: string): Promise<void> => {
-  for (let tries = 0; tries < 400; tries++) {
+  for (let tries = 0; tries < 1200; tries++) {
     if (await check()) return
     await new Promise((resolve) => setTimeout(resolve, 50))
   }

@@ -90,7 +90,7 @@ describe.sequential("the viewer's sub-agent runs (design 0412)", () => {
     assert.strictEqual(await a.locator(".child-children").innerText(), "its own sub-agents: 1 child run, 1 step, 60 tokens")
     // The cost comes with the tree, priced by the reader's own model (small), not the planner's (big).
     const readerCost = money(cost(200, 40, Tree.prices.models.small))
-    for (let tries = 0; tries < 200 && (await a.locator(".child-cost").innerText()) !== readerCost; tries++) await page.waitForTimeout(50)
+    for (let tries = 0; tries < 1200 && (await a.locator(".child-cost").innerText()) !== readerCost; tries++) await page.waitForTimeout(50)
     assert.strictEqual(await a.locator(".child-cost").innerText(), readerCost)
     const b = page.locator(`.child-run[data-child="${ids.readerB}"]`)
     assert.include(await b.locator(".child-figures").innerText(), "1 step, 60 tokens")
@@ -144,7 +144,7 @@ describe.sequential("the viewer's sub-agent runs (design 0412)", () => {
     assert.strictEqual(await page.locator(`#runs tr[data-run="${ids.root}"] .child-of`).count(), 0)
     assert.strictEqual(await page.locator("#count").innerText(), "9 runs")
     await page.locator('select[name="children"]').selectOption("hide")
-    for (let tries = 0; tries < 200 && (await page.locator("#count").innerText()) !== "3 runs"; tries++) await page.waitForTimeout(50)
+    for (let tries = 0; tries < 1200 && (await page.locator("#count").innerText()) !== "3 runs"; tries++) await page.waitForTimeout(50)
     assert.deepStrictEqual(new Set(await page.locator("#runs tbody tr").evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-run")))), new Set([ids.root, fake, hostile.root]))
     assert.strictEqual(new URL(page.url()).searchParams.get("children"), "hide")
     await badge.waitFor({ state: "detached" })

@@ -69,7 +69,7 @@ describe.sequential("the runs list's tag and score filters (issue 45 item 9, des
   /** Waits until the page says `n` runs. */
   const counted = async (page: Page, n: number) => {
     const text = `${n} run${n === 1 ? "" : "s"}`
-    for (let tries = 0; tries < 200 && (await page.locator("#count").innerText().catch(() => "")) !== text; tries++) await page.waitForTimeout(50)
+    for (let tries = 0; tries < 1200 && (await page.locator("#count").innerText().catch(() => "")) !== text; tries++) await page.waitForTimeout(50)
     assert.strictEqual(await page.locator("#count").innerText(), text)
   }
 
