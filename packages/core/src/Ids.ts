@@ -19,6 +19,21 @@ export type RunId = typeof RunId.Type
 export const runId = (value: string): RunId => RunId.make(value)
 
 /**
+ * Why a new run cannot take this id, if it cannot: a NUL (PostgreSQL refuses it in text) or a
+ * lone surrogate (UTF-8 makes every one U+FFFD, so two such ids would share one stored log). A
+ * run id names a log in every store; these do not. `undefined` when the id is portable.
+ */
+export const unportableRunId = (value: string): string | undefined =>
+  value.includes("\u0000")
+    ? "a run id must not hold a NUL character (PostgreSQL cannot store it)"
+    : loneSurrogate.test(value)
+    ? "a run id must be well-formed Unicode: a lone surrogate is stored as U+FFFD, so two such ids would share one log"
+    : undefined
+
+/** A UTF-16 surrogate without its pair. @internal */
+export const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/**
  * A conversation's message id (design 0360): the caller's idempotency key for one message,
  * checked as a run id is (1–200 characters).
  */

@@ -98,6 +98,38 @@ const check = (layer: Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown
     assert.deepStrictEqual(again.stopReason, result.stopReason)
   })
 
+/** A new run or conversation under an id no store keeps: `InvalidRunRequest`, nothing written. */
+const refuseNew = (layer: Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown>, never, Scope.Scope>) =>
+  Effect.gen(function*() {
+    const storeLayer = yield* layer
+    const store = yield* Effect.orDie(Layer.build(storeLayer).pipe(Effect.map((ctx) => ctx.unsafeMap.get(RunLogStore.RunLogStore.key) as RunLogStore.RunLogStore.Service)))
+    const model = yield* ScriptedModel.make(script)
+    const services = Layer.mergeAll(
+      NativeToolCallParser.layer(),
+      Layer.orDie(ToolRegistry.layerExecutor(tools)),
+      EventSink.layerNoop,
+      Layer.succeed(RunLogStore.RunLogStore, store),
+      model.layer
+    )
+    for (const id of ["nul\u0000run", "lone\ud800", "\udc00"]) {
+      const ran = yield* Effect.flip(Agent.run({ runId: Ids.runId(id), agent: planner, task: "Read them all.", tools }).pipe(Effect.provide(services)))
+      assert.strictEqual(ran._tag, "InvalidRunRequest", JSON.stringify(id))
+      const sent = yield* Effect.flip(Agent.send({ runId: Ids.runId(id), messageId: "m1", text: "hello", agent: planner, tools }).pipe(Effect.provide(services)))
+      assert.strictEqual(sent._tag, "InvalidRunRequest", JSON.stringify(id))
+    }
+    assert.deepStrictEqual(yield* store.listRuns(), [], "something was written")
+    assert.strictEqual(yield* model.calls, 0)
+    // Other control characters and any well-formed text are kept by every store: such a run runs.
+    const fine = yield* Agent.run({ runId: Ids.runId("tab\tand é😀"), agent: planner, task: "Read them all.", tools }).pipe(Effect.provide(services))
+    assert.strictEqual(fine.stopReason._tag, "Completed")
+  })
+
+describe("a new run under an id no store can keep (design 0392, decision 8)", () => {
+  it.scoped("memory", () => refuseNew(Effect.map(RunLogStore.makeMemory, (store) => Layer.succeed(RunLogStore.RunLogStore, store))))
+  it.scoped("SQLite", () => refuseNew(Effect.map(F.tempDir("polyloop-odd-"), (dir) => SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }))), 60_000)
+  it.scoped("PostgreSQL", () => refuseNew(Effect.map(freshSchemaUrl, (url) => SqlRunLogStore.layerPg({ url: Redacted.make(url), maxConnections: 4 }))), 60_000)
+})
+
 describe("sub-agent calls with ids a store cannot keep verbatim (design 0392)", () => {
   it.scoped("memory", () => check(Effect.map(RunLogStore.makeMemory, (store) => Layer.succeed(RunLogStore.RunLogStore, store))))
   it.scoped("SQLite", () => check(Effect.map(F.tempDir("polyloop-odd-"), (dir) => SqlRunLogStore.layerSqlite({ filename: path.join(dir, "runs.db") }))), 60_000)

@@ -20,6 +20,7 @@ import * as Scope from "effect/Scope"
 import { ActionExecutor } from "../ActionExecutor.js"
 import * as AgentDefinition from "../AgentDefinition.js"
 import { DecisionParser } from "../DecisionParser.js"
+import * as Ids from "../Ids.js"
 import { ExecutorRegistryMismatch, InvalidRunRequest, type RunError } from "../Errors.js"
 import * as EventSink from "../EventSink.js"
 import * as Fork from "../Fork.js"
@@ -91,6 +92,13 @@ export const execute = (given: RunRequest, message: SentMessage | undefined): Ef
       validated.add(request.agent)
     }
     const store = yield* RunLogStore
+    // An id no store can keep as it is: refused for a new run, typed, before anything is
+    // claimed or written. A log a store holds under it already (SQLite can) runs on.
+    const unportable = Ids.unportableRunId(runId)
+    if (unportable !== undefined) {
+      const existing = yield* Effect.either(store.readLog(runId))
+      if (Either.isLeft(existing) || Option.isNone(existing.right.started)) return yield* new InvalidRunRequest({ runId, issues: unportable })
+    }
     const parser = yield* DecisionParser
     const model = yield* ModelClient
     const sink = yield* EventSink.EventSink

@@ -18,7 +18,7 @@ import * as ActionOutcome from "../ActionOutcome.js"
 import type * as AgentDefinition from "../AgentDefinition.js"
 import type { DecisionParser } from "../DecisionParser.js"
 import { InvalidRunRequest, type StoreError } from "../Errors.js"
-import { type RunId, runId as makeRunId } from "../Ids.js"
+import { loneSurrogate, type RunId, runId as makeRunId } from "../Ids.js"
 import type { ModelClient } from "../ModelClient.js"
 import type * as RunLog from "../RunLog.js"
 import * as StopReason from "../StopReason.js"
@@ -63,7 +63,6 @@ export const specOf = (tool: Tool.Any | undefined): Spec | undefined =>
  * such ids would name one child).
  */
 const unkeepable = /[\u0000-\u001f\u007f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
-const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
 
 /**
  * The child's run id: `<parent>/<step>/<callId>`, or `child-<sha256>` of the three when that is
