@@ -11,7 +11,6 @@
  * - the runs list filters by start date and model; each run has export links (JSONL,
  *   openai-chat, ATIF) whose files are what `polyloop export` writes.
  */
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Serve from "@polyloop/cli/Serve"
 import * as Agent from "@polyloop/core/Agent"
@@ -22,22 +21,15 @@ import * as ModelReply from "@polyloop/core/ModelReply"
 import * as NativeToolCallParser from "@polyloop/core/NativeToolCallParser"
 import * as Tool from "@polyloop/core/Tool"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
-import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
-import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Schema from "effect/Schema"
-import * as Scope from "effect/Scope"
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import type { Page } from "playwright-core"
-import * as Chromium from "./support/chromium.js"
+import * as ViewerSession from "./support/viewer-session.js"
 
 const repoRoot = fileURLToPath(new URL("..", import.meta.url))
 const launcher = path.join(repoRoot, "packages/cli/bin/polyloop.js")
@@ -55,23 +47,11 @@ const tools = ToolRegistry.make(lookup)
 const longId = "experiment-2026-12-05-alpha-sample-0042-epoch-3"
 
 describe.sequential("the conversation page, the list's filters and exports (issue 45)", () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-conversation-"))
-  const db = path.join(dir, "runs.db")
-  const runtime = ManagedRuntime.make(Layer.mergeAll(SqlRunLogStore.layerSqlite({ filename: db }), NodeContext.layer))
-  const scope = Effect.runSync(Scope.make())
+  const session = ViewerSession.make("polyloop-viewer-conversation-")
+  const { db, open, pageErrors, runtime } = session
   let bound: Serve.Bound
-  let browser: Chromium.Browser
-  const pageErrors: Array<string> = []
-
-  const open = async (pathname: string): Promise<Page> => {
-    const page = await browser.context.newPage()
-    page.on("pageerror", (error) => pageErrors.push(error.message))
-    await page.goto(new URL(pathname, bound.baseUrl).href)
-    return page
-  }
 
   beforeAll(async () => {
-    Chromium.ensure()
     await runtime.runPromise(Effect.gen(function*() {
       // Each turn: a lookup, then the answer (two steps); the budget is 4 steps per turn.
       const desk = yield* ScriptedModel.make((request) => {
@@ -92,17 +72,10 @@ describe.sequential("the conversation page, the list's filters and exports (issu
         Effect.provide(Layer.mergeAll(single.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(tools)), EventSink.layerNoop))
       )
     }))
-    bound = await runtime.runPromise(Serve.serve({ port: 0, interval: Duration.millis(200) }).pipe(Scope.extend(scope)))
-    browser = await Chromium.launch({ width: 1280, height: 900 })
-    await (await Chromium.login(browser.context, bound.url)).close()
+    bound = await session.start({ width: 1280, height: 900 })
   }, 240_000)
 
-  afterAll(async () => {
-    await browser?.close()
-    await Effect.runPromise(Scope.close(scope, Exit.void))
-    await runtime.dispose()
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  afterAll(() => session.stop())
 
   it("a conversation's budget bar counts the last turn against the per-turn limit, the total apart", async () => {
     const page = await open(`/?${new URLSearchParams({ run: "chat-run" })}`)

@@ -13,23 +13,15 @@
  * - a fork compared with its parent: the copied steps shown once as shared, the rest aligned from
  *   the fork point, each step's cost and latency on both sides; a fork not run yet says so.
  */
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Serve from "@polyloop/cli/Serve"
-import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
-import * as Duration from "effect/Duration"
-import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Layer from "effect/Layer"
-import * as ManagedRuntime from "effect/ManagedRuntime"
-import * as Scope from "effect/Scope"
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import type { Page } from "playwright-core"
-import * as Chromium from "./support/chromium.js"
+import * as ViewerSession from "./support/viewer-session.js"
 import * as Many from "./support/many-runs.js"
 
 const repoRoot = fileURLToPath(new URL("..", import.meta.url))
@@ -86,41 +78,20 @@ const seededConfigurations = (() => {
 const configurations = seededConfigurations + extra.configurations
 
 describe.sequential("the viewer at the size of real stores (issue 45)", () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-scale-"))
-  const db = path.join(dir, "runs.db")
-  const runtime = ManagedRuntime.make(Layer.mergeAll(SqlRunLogStore.layerSqlite({ filename: db }), NodeContext.layer))
-  const scope = Effect.runSync(Scope.make())
+  const session = ViewerSession.make("polyloop-viewer-scale-")
+  const { db, open, pageErrors, runtime } = session
   let bound: Serve.Bound
-  let browser: Chromium.Browser
-  const pageErrors: Array<string> = []
-
-  const open = async (pathname: string): Promise<Page> => {
-    const page = await browser.context.newPage()
-    page.on("pageerror", (error) => pageErrors.push(error.message))
-    await page.goto(new URL(pathname, bound.baseUrl).href)
-    return page
-  }
 
   beforeAll(async () => {
-    Chromium.ensure()
     await runtime.runPromise(Many.seedMany({ runs, agents, startAt: Date.UTC(2026, 0, 1) }))
     await runtime.runPromise(Many.longRun({ runId: "long-200", steps: 200, observationBytes: 8000 }))
     await runtime.runPromise(Many.longRun({ runId: "long-1000", steps: 1000, observationBytes: 300 }))
     await runtime.runPromise(Many.parentAndForks({ parent: "parent-8", fork: "fork-8", unrun: "fork-unrun" }))
-    bound = await runtime.runPromise(
-      Serve.serve({ port: 0, interval: Duration.millis(200), prices: { currency: "USD", models: { "*": { input: 3, output: 15 } } } }).pipe(Scope.extend(scope))
-    )
-    browser = await Chromium.launch({ width: 1280, height: 900 })
-    await (await Chromium.login(browser.context, bound.url)).close()
+    bound = await session.start({ prices: { currency: "USD", models: { "*": { input: 3, output: 15 } } }, width: 1280, height: 900 })
     process.stdout.write(`viewer scale screenshots: ${screenshots}\n`)
   }, 600_000)
 
-  afterAll(async () => {
-    await browser?.close()
-    await Effect.runPromise(Scope.close(scope, Exit.void))
-    await runtime.dispose()
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  afterAll(() => session.stop())
 
   it("statistics of 1,200 runs of 50 agents: by agent first, snapshots collapsed, charts capped, tables paged", async () => {
     const page = await open("/?view=stats")

@@ -12,21 +12,9 @@
  * - the runs list: a child run's row has a badge linking its parent; hiding sub-agent runs leaves
  *   the planner and the run merely named like a child.
  */
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import * as Serve from "@polyloop/cli/Serve"
-import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Layer from "effect/Layer"
-import * as ManagedRuntime from "effect/ManagedRuntime"
-import * as Scope from "effect/Scope"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
-import type { Page } from "playwright-core"
-import * as Chromium from "./support/chromium.js"
+import * as ViewerSession from "./support/viewer-session.js"
 import * as Tree from "./support/subagent-tree.js"
 
 const ids = Tree.idsOf("planner-1")
@@ -43,39 +31,19 @@ const cost = (input: number, output: number, price: { readonly input: number; re
 const runHref = (runId: string) => `/?${new URLSearchParams({ run: runId })}`
 
 describe.sequential("the viewer's sub-agent runs (design 0412)", () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-subagents-"))
-  const db = path.join(dir, "runs.db")
-  const runtime = ManagedRuntime.make(Layer.mergeAll(SqlRunLogStore.layerSqlite({ filename: db }), NodeContext.layer))
-  const scope = Effect.runSync(Scope.make())
-  let bound: Serve.Bound
-  let browser: Chromium.Browser
-  const pageErrors: Array<string> = []
-
-  const open = async (pathname: string): Promise<Page> => {
-    const page = await browser.context.newPage()
-    page.on("pageerror", (error) => pageErrors.push(error.message))
-    await page.goto(new URL(pathname, bound.baseUrl).href)
-    return page
-  }
+  const session = ViewerSession.make("polyloop-viewer-subagents-")
+  const { open, pageErrors, runtime } = session
 
   beforeAll(async () => {
-    Chromium.ensure()
     await runtime.runPromise(Effect.gen(function*() {
       yield* Tree.run(ids.root)
       yield* Tree.runPlain(fake)
       yield* Tree.run(hostile.root, `<img src=x onerror="window.__pwned=1">`)
     }))
-    bound = await runtime.runPromise(Serve.serve({ port: 0, interval: Duration.millis(200), prices: Tree.prices }).pipe(Scope.extend(scope)))
-    browser = await Chromium.launch({ width: 1400, height: 900 })
-    await (await Chromium.login(browser.context, bound.url)).close()
+    await session.start({ prices: Tree.prices, width: 1400, height: 900 })
   }, 300_000)
 
-  afterAll(async () => {
-    await browser?.close()
-    await Effect.runPromise(Scope.close(scope, Exit.void))
-    await runtime.dispose()
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  afterAll(() => session.stop())
 
   it("a parent's page: each child run's block (link, stop reason, steps, tokens, cost, its own sub-agents), the header's totals, the tree", async () => {
     const page = await open(runHref(ids.root))

@@ -11,7 +11,6 @@
  *   reload; clearing the scorer drops its bounds;
  * - the API refuses bounds without a scorer (400) and tags the run of no experiment with nothing.
  */
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Serve from "@polyloop/cli/Serve"
 import * as Agent from "@polyloop/core/Agent"
@@ -25,19 +24,11 @@ import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as Experiment from "@polyloop/eval/Experiment"
 import * as ExperimentStore from "@polyloop/eval/ExperimentStore"
 import { experiment } from "@polyloop/examples/experiment"
-import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
-import * as ManagedRuntime from "effect/ManagedRuntime"
-import * as Scope from "effect/Scope"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import type { Page } from "playwright-core"
-import * as Chromium from "./support/chromium.js"
+import * as ViewerSession from "./support/viewer-session.js"
 
 interface RunsDoc {
   readonly total: number
@@ -46,22 +37,11 @@ interface RunsDoc {
 }
 
 describe.sequential("the runs list's tag and score filters (issue 45 item 9, design 0395)", () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "polyloop-viewer-tags-"))
-  const db = path.join(dir, "runs.db")
-  const runtime = ManagedRuntime.make(Layer.mergeAll(SqlRunLogStore.layerSqlite({ filename: db }), NodeContext.layer))
-  const scope = Effect.runSync(Scope.make())
+  const session = ViewerSession.make("polyloop-viewer-tags-")
+  const { open, pageErrors, runtime } = session
   let bound: Serve.Bound
-  let browser: Chromium.Browser
-  const pageErrors: Array<string> = []
   /** The experiment's own records: each run's `numeric` score, by run id. */
   const numeric = new Map<string, number>()
-
-  const open = async (pathname: string): Promise<Page> => {
-    const page = await browser.context.newPage()
-    page.on("pageerror", (error) => pageErrors.push(error.message))
-    await page.goto(new URL(pathname, bound.baseUrl).href)
-    return page
-  }
   const api = async (query: string) => {
     const response = await fetch(new URL(`/api/runs?${query}`, bound.baseUrl), { headers: { authorization: `Bearer ${bound.token}` } })
     return { status: response.status, body: (await response.json()) as RunsDoc & { readonly error?: { readonly _tag: string; readonly message: string } } }
@@ -74,7 +54,6 @@ describe.sequential("the runs list's tag and score filters (issue 45 item 9, des
   }
 
   beforeAll(async () => {
-    Chromium.ensure()
     await runtime.runPromise(Effect.gen(function*() {
       yield* Experiment.run(experiment).pipe(Effect.provide(ExperimentStore.layer))
       const store = yield* RunLogStore.RunLogStore
@@ -89,17 +68,10 @@ describe.sequential("the runs list's tag and score filters (issue 45 item 9, des
         Effect.provide(Layer.mergeAll(model.layer, NativeToolCallParser.layer(), Layer.orDie(ToolRegistry.layerExecutor(ToolRegistry.empty)), EventSink.layerNoop))
       )
     }))
-    bound = await runtime.runPromise(Serve.serve({ port: 0, interval: Duration.millis(200) }).pipe(Scope.extend(scope)))
-    browser = await Chromium.launch({ width: 1400, height: 900 })
-    await (await Chromium.login(browser.context, bound.url)).close()
+    bound = await session.start({ width: 1400, height: 900 })
   }, 300_000)
 
-  afterAll(async () => {
-    await browser?.close()
-    await Effect.runPromise(Scope.close(scope, Exit.void))
-    await runtime.dispose()
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  afterAll(() => session.stop())
 
   it("filters by tag: an experiment's configuration, the URL following", async () => {
     assert.strictEqual(numeric.size, 120, "the experiment scored its 120 runs")

@@ -219,9 +219,17 @@ export const toAnthropicSchema = (schema: unknown): Json | undefined => {
  * no strict flag: both are left out.
  */
 export const toOutputConfig = (output: NonNullable<ModelRequest["output"]>): JsonObject | undefined => {
-  const schema = toAnthropicSchema(output.schema)
-  return schema === undefined ? undefined : { format: { type: "json_schema", schema } }
+  // Every model call of a run sends its agent's one schema object: rewritten once, not per call.
+  const key = output.schema
+  if (typeof key === "object" && key !== null && outputConfigs.has(key)) return outputConfigs.get(key)!.config
+  const schema = toAnthropicSchema(key)
+  const config: JsonObject | undefined = schema === undefined ? undefined : { format: { type: "json_schema", schema } }
+  if (typeof key === "object" && key !== null) outputConfigs.set(key, { config })
+  return config
 }
+
+/** `toOutputConfig`'s results by the schema object they were made from. */
+const outputConfigs = new WeakMap<object, { readonly config: JsonObject | undefined }>()
 
 /**
  * Applies `ModelSettings` to `AnthropicLanguageModel` for one call; refuses `seed`. A request

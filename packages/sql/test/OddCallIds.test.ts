@@ -17,6 +17,7 @@ import * as SubAgent from "@polyloop/core/SubAgent"
 import * as ToolRegistry from "@polyloop/core/ToolRegistry"
 import * as SqlRunLogStore from "@polyloop/sql/SqlRunLogStore"
 import * as ScriptedModel from "@polyloop/testing/ScriptedModel"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -58,10 +59,12 @@ const script: ScriptedModel.Script = (request, call) => {
   return ModelReply.make({ text: request.messages.filter((m) => m._tag === "Tool").map((m) => (m._tag === "Tool" ? m.text : "")).join(" | ") })
 }
 
-const check = (layer: Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown>, never, Scope.Scope>) =>
+type StoreUnderTest = Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown>, never, Scope.Scope>
+
+/** The store the layer builds (for the test's scope), the scripted model, and the run's services over them. */
+const worldOf = (layer: StoreUnderTest) =>
   Effect.gen(function*() {
-    const storeLayer = yield* layer
-    const store = yield* Effect.orDie(Layer.build(storeLayer).pipe(Effect.map((ctx) => ctx.unsafeMap.get(RunLogStore.RunLogStore.key) as RunLogStore.RunLogStore.Service)))
+    const store = yield* Effect.orDie(Effect.map(Layer.build(yield* layer), (ctx) => Context.get(ctx, RunLogStore.RunLogStore)))
     const model = yield* ScriptedModel.make(script)
     const services = Layer.mergeAll(
       NativeToolCallParser.layer(),
@@ -70,6 +73,12 @@ const check = (layer: Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown
       Layer.succeed(RunLogStore.RunLogStore, store),
       model.layer
     )
+    return { store, model, services }
+  })
+
+const check = (layer: StoreUnderTest) =>
+  Effect.gen(function*() {
+    const { services, store } = yield* worldOf(layer)
     const runId = Ids.runId("odd-ids")
     const result = yield* Agent.run({ runId, agent: planner, task: "Read them all.", tools }).pipe(Effect.provide(services))
     // Every call read its own file through a child of its own.
@@ -99,18 +108,9 @@ const check = (layer: Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown
   })
 
 /** A new run or conversation under an id no store keeps: `InvalidRunRequest`, nothing written. */
-const refuseNew = (layer: Effect.Effect<Layer.Layer<RunLogStore.RunLogStore, unknown>, never, Scope.Scope>) =>
+const refuseNew = (layer: StoreUnderTest) =>
   Effect.gen(function*() {
-    const storeLayer = yield* layer
-    const store = yield* Effect.orDie(Layer.build(storeLayer).pipe(Effect.map((ctx) => ctx.unsafeMap.get(RunLogStore.RunLogStore.key) as RunLogStore.RunLogStore.Service)))
-    const model = yield* ScriptedModel.make(script)
-    const services = Layer.mergeAll(
-      NativeToolCallParser.layer(),
-      Layer.orDie(ToolRegistry.layerExecutor(tools)),
-      EventSink.layerNoop,
-      Layer.succeed(RunLogStore.RunLogStore, store),
-      model.layer
-    )
+    const { model, services, store } = yield* worldOf(layer)
     for (const id of ["nul\u0000run", "lone\ud800", "\udc00"]) {
       const ran = yield* Effect.flip(Agent.run({ runId: Ids.runId(id), agent: planner, task: "Read them all.", tools }).pipe(Effect.provide(services)))
       assert.strictEqual(ran._tag, "InvalidRunRequest", JSON.stringify(id))
